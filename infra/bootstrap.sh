@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Set up a machine for undertow: the virtual environment (outside the checkout, reused while the
+# dependency files are unchanged: torch alone is ~3.5 GB) and Apache Kafka resolved by Maven.
+# Prints nothing on a warm machine but the venv path.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cache=${UNDERTOW_CACHE:-$HOME/.cache/undertow}
+venv=$cache/venv
+key=$(cat "$root/pyproject.toml" "$root/infra/requirements.lock" | sha256sum | cut -c1-16)
+
+if [ ! -x "$venv/bin/python" ]; then
+  mkdir -p "$cache"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip wheel setuptools
+fi
+if [ "$(cat "$venv/.undertow-deps" 2>/dev/null)" != "$key" ]; then
+  echo "installing dependencies into $venv (first time: several minutes)" >&2
+  "$venv/bin/pip" install -q -r "$root/infra/requirements.lock"
+  # DeepSpeed builds against the torch already installed; with build isolation it would pull another.
+  deepspeed=$(grep -o '"deepspeed==[^"]*"' "$root/pyproject.toml" | tr -d '"')
+  "$venv/bin/pip" install -q --no-build-isolation "$deepspeed"
+  echo "$key" > "$venv/.undertow-deps"
+fi
+"$venv/bin/pip" install -q --no-deps --no-build-isolation -e "$root" 2>&1 | grep -v "^$" >&2 || true
+"$venv/bin/python" -c "from infra import kafka_dist; kafka_dist.classpath()"
+echo "$venv"

@@ -1,0 +1,26 @@
+"""The `undertow` command line."""
+
+from __future__ import annotations
+
+import typer
+
+from infra.cli_broker import broker_app
+from infra.cli_topics import topics_app
+
+app = typer.Typer(
+    name="undertow",
+    help="Streaming reinforcement fine-tuning of language models on Kafka.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(broker_app, name="broker")
+app.add_typer(topics_app, name="topics")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

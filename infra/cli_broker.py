@@ -1,0 +1,64 @@
+"""`undertow broker up|down|status`: the local Apache Kafka (KRaft) broker or 3-node cluster."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from infra import kafka_dist
+from infra.broker import LocalKafka
+from infra.cli_common import console, user_errors
+from infra.config import default_broker_dir
+from streams import BOOTSTRAP_ENV
+
+broker_app = typer.Typer(help="Run a local Apache Kafka broker (KRaft mode) for undertow.", no_args_is_help=True)
+
+DataOpt = typer.Option(None, "--data", "-d", help="Data directory (default: $UNDERTOW_HOME/broker).")
+
+
+@broker_app.command("up")
+def up(data: Optional[Path] = DataOpt,
+       port: int = typer.Option(9092, "--port", "-p", help="Client port of the first node (node i: port+2i)."),
+       cluster: int = typer.Option(1, "--cluster", help="Nodes: 1, or 3 (replication 3, min.insync.replicas 2)."),
+       heap: str = typer.Option("512m", help="JVM heap per node.")) -> None:
+    """Start the broker (or resume it with its data); returns once it serves metadata."""
+    with user_errors():
+        if os.environ.get(BOOTSTRAP_ENV):
+            console.print(f"{BOOTSTRAP_ENV}={os.environ[BOOTSTRAP_ENV]}: using that cluster, starting nothing.")
+            return
+        local = LocalKafka(data or default_broker_dir(), port=port, nodes=cluster, heap=heap)
+        if len(local.state.nodes) != cluster:
+            raise ValueError(f"--cluster: {local.data_dir} holds a {len(local.state.nodes)}-node cluster, not {cluster}")
+        t0 = time.monotonic()
+        local.start()
+        console.print(f"Kafka {local.state.kafka_version} up in {time.monotonic() - t0:.1f}s: "
+                      f"[bold]{local.bootstrap_servers}[/bold] ({len(local.state.nodes)} node(s), data {local.data_dir})")
+
+
+@broker_app.command("down")
+def down(data: Optional[Path] = DataOpt) -> None:
+    """Stop the broker cleanly; its data stays for the next `up`."""
+    local = LocalKafka(data or default_broker_dir())
+    if not local.running_nodes():
+        console.print("no local broker running")
+        return
+    local.stop()
+    console.print(f"stopped ({local.data_dir})")
+
+
+@broker_app.command("status")
+def status(data: Optional[Path] = DataOpt) -> None:
+    """Nodes, ports and data directory of the local broker."""
+    local = LocalKafka(data or default_broker_dir())
+    running = set(local.running_nodes())
+    if os.environ.get(BOOTSTRAP_ENV):
+        console.print(f"{BOOTSTRAP_ENV}={os.environ[BOOTSTRAP_ENV]} (external cluster)")
+    console.print(f"Kafka {kafka_dist.kafka_version()}, data {local.data_dir}")
+    for node in local.state.nodes:
+        state = "[green]running[/green]" if node.node_id in running else "[red]stopped[/red]"
+        console.print(f"  node {node.node_id}: 127.0.0.1:{node.port} {state}" + (f" pid {node.pid}" if node.pid else ""))
+    raise typer.Exit(0 if running else 1)

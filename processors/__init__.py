@@ -1,0 +1,1 @@
+"""processors — see DESIGN.md."""

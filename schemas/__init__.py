@@ -1,0 +1,46 @@
+"""undertow's data contracts: the records on every topic, their wire codec and Arrow schema."""
+
+from .arrow import arrow_schema, from_arrow, to_arrow
+from .base import MAX_TEXT_CHARS, MAX_TOKENS, SCHEMA_VERSION, Packed, Record, record_type, record_types
+from .codec import MAX_RECORD_BYTES, DecodeError, decode, encode
+from .events import MAX_ORIGINAL_BYTES, MetricEvent, Rejected
+from .experience import Experience, PreferencePair
+from .task import Task, TaskStat
+from .weights import (
+    WeightIntegrityError,
+    WeightUpdate,
+    assemble_weights,
+    chunk_weights,
+    verify_weights,
+    weights_by_uri,
+)
+
+__all__ = [
+    "MAX_ORIGINAL_BYTES",
+    "MAX_RECORD_BYTES",
+    "MAX_TEXT_CHARS",
+    "MAX_TOKENS",
+    "SCHEMA_VERSION",
+    "DecodeError",
+    "Experience",
+    "MetricEvent",
+    "Packed",
+    "PreferencePair",
+    "Record",
+    "Rejected",
+    "Task",
+    "TaskStat",
+    "WeightIntegrityError",
+    "WeightUpdate",
+    "arrow_schema",
+    "assemble_weights",
+    "chunk_weights",
+    "decode",
+    "encode",
+    "from_arrow",
+    "record_type",
+    "record_types",
+    "to_arrow",
+    "verify_weights",
+    "weights_by_uri",
+]

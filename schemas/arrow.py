@@ -1,0 +1,121 @@
+"""Arrow tables of records, for the Parquet archive and DuckDB replay.
+
+The Arrow schema is derived from the pydantic annotations, so a new field reaches the archive
+with no edit here; a type this mapping does not know raises TypeError instead of being dropped.
+Free-form fields (JSON metadata, chat messages) are stored as JSON text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from types import NoneType, UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import pyarrow as pa
+from pydantic import JsonValue
+
+from .base import SCHEMA_VERSION, Record
+
+_SCALARS = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_(), bytes: pa.binary()}
+# Same widths as on the wire (codec.py): int32 token ids, float32 log-probs / advantages.
+_LIST_ITEMS = {int: pa.int32(), float: pa.float32()}
+_MAP_VALUES = {float: pa.float64(), str: pa.string()}
+
+
+@dataclass(frozen=True)
+class _Column:
+    type: pa.DataType
+    nullable: bool = False
+    encoding: Literal["plain", "json", "map"] = "plain"  # how Python values become Arrow values
+
+
+def _strip(tp: Any) -> Any:
+    """`X` from `Annotated[X, ...]` (constraints do not change the storage type)."""
+    while get_origin(tp) is Annotated:
+        tp = get_args(tp)[0]
+    return tp
+
+
+def _column(tp: Any) -> _Column | None:
+    """How a field of type `tp` is stored, or None when the mapping does not know `tp`."""
+    tp = _strip(tp)
+    origin, args = get_origin(tp), get_args(tp)
+    if origin in (Union, UnionType) and NoneType in args:
+        rest = [a for a in args if a is not NoneType]
+        inner = _column(rest[0]) if len(rest) == 1 else None
+        return replace(inner, nullable=True) if inner else None
+    if origin is Literal:
+        return _Column(pa.string()) if all(isinstance(a, str) for a in args) else None
+    if origin is None:
+        return _Column(_SCALARS[tp]) if tp in _SCALARS else None
+    if origin is list and len(args) == 1:
+        item = _strip(args[0])
+        if item in _LIST_ITEMS:
+            return _Column(pa.list_(_LIST_ITEMS[item]))
+        if item is dict or get_origin(item) is dict:
+            return _Column(pa.string(), encoding="json")
+    if origin is dict and len(args) == 2 and _strip(args[0]) is str:
+        value = _strip(args[1])
+        if value is JsonValue:
+            return _Column(pa.string(), encoding="json")
+        if value in _MAP_VALUES:
+            return _Column(pa.map_(pa.string(), _MAP_VALUES[value]), encoding="map")
+    return None
+
+
+def _to_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _columns(cls: type[Record]) -> dict[str, _Column]:
+    out = {}
+    for name, info in cls.model_fields.items():
+        column = _column(info.annotation)
+        if column is None:
+            raise TypeError(
+                f"{cls.__name__}.{name}: no Arrow type for {info.annotation!r}; add one in schemas/arrow.py"
+            )
+        out[name] = column
+    return out
+
+
+def arrow_schema(cls: type[Record]) -> pa.Schema:
+    """The Arrow schema of a table of `cls` records (one column per field)."""
+    fields = [pa.field(name, c.type, nullable=c.nullable) for name, c in _columns(cls).items()]
+    metadata = {"undertow.schema_version": str(SCHEMA_VERSION)}
+    if isinstance(getattr(cls, "kind", None), str):
+        metadata["undertow.kind"] = cls.kind
+    return pa.schema(fields, metadata=metadata)
+
+
+def to_arrow(records: Sequence[Record], cls: type[Record] | None = None) -> pa.Table:
+    """One table of records of one class (`cls` names it when `records` is empty)."""
+    classes = {type(r) for r in records} | ({cls} if cls else set())
+    if len(classes) != 1:
+        names = sorted(c.__name__ for c in classes)
+        raise ValueError(f"to_arrow needs records of exactly one class, got {names}")
+    (cls,) = classes
+    data = {}
+    for name, column in _columns(cls).items():
+        values = [getattr(r, name) for r in records]
+        if column.encoding == "json":
+            values = [None if v is None else _to_json(v) for v in values]
+        data[name] = values
+    return pa.Table.from_pydict(data, schema=arrow_schema(cls))
+
+
+def from_arrow(table: pa.Table, cls: type[Record]) -> list[Record]:
+    """The records of a table made by `to_arrow` (validated again on the way in)."""
+    data = {}
+    for name, column in _columns(cls).items():
+        if name not in table.column_names:
+            continue  # an older archive: the field's default applies, or validation says it is missing
+        values = table.column(name).to_pylist()
+        if column.encoding == "json":
+            values = [None if v is None else json.loads(v) for v in values]
+        elif column.encoding == "map":
+            values = [None if v is None else dict(v) for v in values]
+        data[name] = values
+    return [cls.model_validate(dict(zip(data, row))) for row in zip(*data.values())]

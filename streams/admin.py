@@ -1,0 +1,104 @@
+"""Topic administration: create the catalog, list and describe what the cluster holds."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType
+
+from streams.settings import KafkaSettings
+from streams.topics import Topics
+
+
+@dataclass
+class TopicInfo:
+    """What the cluster says about one topic."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    records: int  # end offset minus start offset, summed over partitions
+    configs: dict[str, str]
+
+
+@contextmanager
+def admin_client(settings: KafkaSettings) -> Iterator[KafkaAdminClient]:
+    admin = KafkaAdminClient(**settings.kafka_python(), request_timeout_ms=30000)
+    try:
+        yield admin
+    finally:
+        admin.close()
+
+
+def cluster_size(settings: KafkaSettings) -> int:
+    """Number of live brokers."""
+    with admin_client(settings) as admin:
+        return len(admin.describe_cluster()["brokers"])
+
+
+def create_topics(settings: KafkaSettings, namespace: str, replication_factor: int | None = None,
+                  partitions: dict[str, int] | None = None) -> list[str]:
+    """Create the catalog's topics under `namespace` that do not exist yet; return those created.
+
+    Replication defaults to min(3, brokers). `partitions` overrides the catalog per suffix.
+    """
+    topics = Topics(namespace)
+    with admin_client(settings) as admin:
+        rf = replication_factor or min(3, len(admin.describe_cluster()["brokers"]))
+        existing = set(admin.list_topics())
+        new = {
+            name: {"num_partitions": (partitions or {}).get(spec.suffix, spec.partitions),
+                   "replication_factor": rf, "configs": spec.topic_configs(rf)}
+            for name, spec in topics.specs().items() if name not in existing
+        }
+        if new:
+            admin.create_topics(new, timeout_ms=30000, wait_for_metadata=True)
+    return sorted(new)
+
+
+def list_topics(settings: KafkaSettings, namespace: str | None = None) -> list[str]:
+    """Topic names in the cluster (only the namespace's when given), internal topics left out."""
+    with admin_client(settings) as admin:
+        names = [t for t in admin.list_topics() if not t.startswith("__")]
+    if namespace:
+        names = [t for t in names if t.startswith(f"{namespace}.")]
+    return sorted(names)
+
+
+def describe_topics(settings: KafkaSettings, names: list[str]) -> list[TopicInfo]:
+    """Partitions, replication, record counts and non-default configs of each named topic."""
+    if not names:
+        return []
+    with admin_client(settings) as admin:
+        meta = {t["name"]: t for t in admin.describe_topics(names)}
+        missing = [n for n in names if n not in meta or meta[n].get("error_code")]
+        if missing:
+            raise ValueError(f"topics: no such topic {missing}")
+        resources = [ConfigResource(ConfigResourceType.TOPIC, n) for n in names]
+        configs = admin.describe_configs(resources)["topic"]
+    counts = record_counts(settings, names)
+    return [
+        TopicInfo(name=n, partitions=len(meta[n]["partitions"]),
+                  replication_factor=len(meta[n]["partitions"][0]["replica_nodes"]),
+                  records=counts[n],
+                  configs={k: str(v.get("value", v)) if isinstance(v, dict) else str(v)
+                           for k, v in configs.get(n, {}).items()})
+        for n in names
+    ]
+
+
+def record_counts(settings: KafkaSettings, names: list[str]) -> dict[str, int]:
+    """Records currently held per topic (end minus beginning offsets, all partitions)."""
+    consumer = KafkaConsumer(**settings.kafka_python())
+    try:
+        out = {}
+        for name in names:
+            parts = [TopicPartition(name, p) for p in consumer.partitions_for_topic(name) or ()]
+            ends, starts = consumer.end_offsets(parts), consumer.beginning_offsets(parts)
+            out[name] = sum(ends[tp] - starts[tp] for tp in parts)
+        return out
+    finally:
+        consumer.close()

@@ -1,0 +1,90 @@
+"""How to reach the Kafka cluster: one typed settings object shared by every client."""
+
+from __future__ import annotations
+
+import os
+import ssl
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+BOOTSTRAP_ENV = "UNDERTOW_BOOTSTRAP"
+
+
+class KafkaSettings(BaseModel):
+    """Connection settings for kafka-python, aiokafka and Faust clients alike."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bootstrap_servers: str | None = Field(
+        None, description="host:port[,host:port…]; None: $UNDERTOW_BOOTSTRAP, else the local broker")
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="Kafka's security.protocol")
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+        None, description="SASL mechanism when the protocol is SASL_*")
+    sasl_username: str | None = Field(None, description="SASL user name")
+    sasl_password: str | None = Field(None, description="SASL password")
+    ssl_cafile: str | None = Field(None, description="CA bundle that signed the brokers' certificates")
+    ssl_certfile: str | None = Field(None, description="client certificate (mutual TLS)")
+    ssl_keyfile: str | None = Field(None, description="client private key (mutual TLS)")
+    ssl_check_hostname: bool = Field(True, description="verify the broker's host name against its certificate")
+    client_id: str = Field("undertow", description="client id reported to the brokers")
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _hosts(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        hosts = [h.strip() for h in v.split(",") if h.strip()]
+        bad = [h for h in hosts if ":" not in h or not h.rsplit(":", 1)[1].isdigit()]
+        if not hosts or bad:
+            raise ValueError(f"expected host:port[,host:port…], got {v!r}")
+        return ",".join(hosts)
+
+    def with_env(self) -> "KafkaSettings":
+        """These settings, with bootstrap_servers taken from $UNDERTOW_BOOTSTRAP when unset."""
+        if self.bootstrap_servers is None and os.environ.get(BOOTSTRAP_ENV):
+            return self.model_copy(update={"bootstrap_servers": KafkaSettings(
+                bootstrap_servers=os.environ[BOOTSTRAP_ENV]).bootstrap_servers})
+        return self
+
+    @property
+    def hosts(self) -> list[str]:
+        if self.bootstrap_servers is None:
+            raise ValueError("bootstrap_servers: not set (config, $UNDERTOW_BOOTSTRAP, or `undertow broker up`)")
+        return self.bootstrap_servers.split(",")
+
+    def kafka_python(self) -> dict[str, Any]:
+        """Keyword arguments for kafka-python's KafkaProducer / KafkaConsumer / KafkaAdminClient."""
+        kw: dict[str, Any] = {"bootstrap_servers": self.hosts, "client_id": self.client_id,
+                              "security_protocol": self.security_protocol}
+        if self.sasl_mechanism:
+            kw.update(sasl_mechanism=self.sasl_mechanism, sasl_plain_username=self.sasl_username,
+                      sasl_plain_password=self.sasl_password)
+        if "SSL" in self.security_protocol:
+            kw.update(ssl_cafile=self.ssl_cafile, ssl_certfile=self.ssl_certfile, ssl_keyfile=self.ssl_keyfile,
+                      ssl_check_hostname=self.ssl_check_hostname)
+        return kw
+
+    def faust_broker(self) -> list[str]:
+        """Faust's `broker` setting: one kafka:// URL per bootstrap host."""
+        return [f"kafka://{h}" for h in self.hosts]
+
+    def faust_credentials(self) -> Any:
+        """Faust's `broker_credentials` (None for PLAINTEXT)."""
+        import faust
+
+        context = self.ssl_context()
+        if self.sasl_mechanism:
+            return faust.SASLCredentials(username=self.sasl_username, password=self.sasl_password,
+                                         mechanism=self.sasl_mechanism, ssl_context=context)
+        return faust.SSLCredentials(context) if context else None
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if "SSL" not in self.security_protocol:
+            return None
+        context = ssl.create_default_context(cafile=self.ssl_cafile)
+        context.check_hostname = self.ssl_check_hostname
+        if self.ssl_certfile:
+            context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
+        return context

@@ -1,0 +1,9 @@
+import pytest
+
+from schemas import Record
+from tests.record_examples import make_examples
+
+
+@pytest.fixture
+def examples() -> dict[str, Record]:
+    return make_examples()
