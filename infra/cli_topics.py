@@ -28,19 +28,20 @@ def create(config: Optional[Path] = ConfigOpt, bootstrap: Optional[str] = Bootst
 @topics_app.command("list")
 def list_(config: Optional[Path] = ConfigOpt, bootstrap: Optional[str] = BootstrapOpt,
           namespace: Optional[str] = NamespaceOpt) -> None:
-    """The catalog of the namespace: each topic, its key and role, and whether it exists."""
+    """The catalog of the namespace: each topic, its key, partitions, retention, and whether it exists."""
     with user_errors():
         kafka, ns = cluster(config, bootstrap, namespace)
         existing = set(list_topics(kafka))
         table = Table(title=f"topics of namespace '{ns}' at {kafka.bootstrap_servers}")
-        for col in ("topic", "key", "partitions", "retention", "exists", "role"):
-            table.add_column(col)
+        table.add_column("topic", no_wrap=True)
+        for col in ("key", "parts", "kept", "exists"):
+            table.add_column(col, no_wrap=True)
         for name, spec in Topics(ns).specs().items():
             retention = "forever" if spec.retention_ms < 0 else f"{spec.retention_ms / 86_400_000:g} d"
             if spec.cleanup_policy == "compact":
                 retention = "compacted"
             table.add_row(name, spec.key, str(spec.partitions), retention,
-                          "[green]yes[/green]" if name in existing else "[red]no[/red]", spec.about)
+                          "[green]yes[/green]" if name in existing else "[red]no[/red]")
         console.print(table)
         others = sorted(t for t in existing if t.startswith(f"{ns}.") and t not in Topics(ns).specs())
         if others:
@@ -56,9 +57,11 @@ def describe(names: Optional[List[str]] = typer.Argument(None, help="Topics (def
         kafka, ns = cluster(config, bootstrap, namespace)
         names = names or list_topics(kafka, ns)
         table = Table(title=f"{len(names)} topic(s)")
-        for col in ("topic", "partitions", "replicas", "records", "configs"):
-            table.add_column(col)
+        table.add_column("topic", no_wrap=True)
+        for col in ("parts", "replicas", "records"):
+            table.add_column(col, no_wrap=True)
+        table.add_column("configs", overflow="fold", ratio=1)
         for info in describe_topics(kafka, names):
-            configs = ", ".join(f"{k}={v}" for k, v in sorted(info.configs.items()))
+            configs = "\n".join(f"{k}={v}" for k, v in sorted(info.configs.items()))
             table.add_row(info.name, str(info.partitions), str(info.replication_factor), str(info.records), configs)
         console.print(table)

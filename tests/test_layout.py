@@ -1,0 +1,73 @@
+"""The repository's shape: the import rule between packages, and the README's commands and paths."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("schemas", "streams", "processors", "rollout", "trainer", "infra")
+# Arrows run one way: schemas ← streams ← {processors, rollout, trainer} ← infra.
+MAY_IMPORT = {
+    "schemas": set(),
+    "streams": {"schemas"},
+    "processors": {"schemas", "streams"},
+    "rollout": {"schemas", "streams"},
+    "trainer": {"schemas", "streams"},
+    "infra": set(PACKAGES),
+}
+
+
+def imported_packages(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names & set(PACKAGES)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_imports_follow_the_architecture(package):
+    files = list((ROOT / package).rglob("*.py"))
+    assert files, f"{package}/ has no Python files"
+    for path in files:
+        wrong = imported_packages(path) - MAY_IMPORT[package] - {package}
+        assert not wrong, f"{path.relative_to(ROOT)} imports {sorted(wrong)}"
+
+
+def readme_commands() -> list[str]:
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    return [next(line for line in b.splitlines() if line and not line.startswith("#")) for b in blocks[:2]]
+
+
+def test_ci_runs_the_readme_test_command():
+    _, test_command = readme_commands()
+    assert "pytest" in test_command
+    assert test_command in (ROOT / ".ci" / "run").read_text()
+
+
+def test_readme_paths_exist():
+    text = (ROOT / "README.md").read_text()
+    paths = set(re.findall(r"`((?:schemas|streams|processors|rollout|trainer|infra|tests|examples|benchmarks)/[^`\s]*)`", text))
+    assert len(paths) >= 8
+    missing = sorted(p for p in paths if not (ROOT / p).exists())
+    assert not missing, f"README names paths that do not exist: {missing}"
+
+
+def test_readme_first_command_uses_commands_that_exist():
+    from typer.main import get_command
+
+    from infra.cli import app
+
+    main_command, _ = readme_commands()
+    group = get_command(app)
+    for use in re.findall(r"undertow ((?:\w+ ?)+)", main_command):
+        words = use.split()
+        assert words[0] in group.commands, f"README runs `undertow {use}`"
+        assert words[1] in group.commands[words[0]].commands, f"README runs `undertow {use}`"
