@@ -7,6 +7,7 @@ back with its data, and `status` / `down` work from another process.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -196,7 +197,7 @@ class LocalKafka:
     def _format(self, props: Path, cp: str) -> None:
         proc = subprocess.run([kafka_dist.java(), "-Xmx256m", f"-Dlog4j2.configurationFile={kafka_dist.LOG4J_CONFIG}",
                                f"-Dundertow.log.file={props.parent / 'format.log'}", "-cp", cp,
-                               "kafka.tools.StorageTool", "format", "-t", self.state.cluster_id, "-c", str(props)],
+                               "kafka.tools.StorageTool", "format", f"--cluster-id={self.state.cluster_id}", "-c", str(props)],
                               capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"formatting {props.parent} failed:\n{proc.stdout}{proc.stderr}")
@@ -273,7 +274,8 @@ def _waitpid(pid: int) -> None:
 
 
 def _cluster_id() -> str:
-    # Kafka's cluster ids are 16 random bytes in URL-safe base64 without padding.
-    import base64
-
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """16 random bytes in URL-safe base64, as Kafka's own; never starting with '-' (read as a flag)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid

@@ -27,3 +27,4 @@ def test_a_config_that_is_not_a_mapping_is_refused(tmp_path):
     path.write_text("- just\n- a list\n")
     with pytest.raises(ConfigError, match="expected a mapping"):
         load_cluster_config(path)
+
