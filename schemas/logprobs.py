@@ -1,0 +1,33 @@
+"""How a token's log-prob is computed: one definition for the rollout engines and the trainer.
+
+With the same weights, the behaviour log-probs an engine records and the log-probs the trainer
+recomputes must agree (≤ 1e-4 in fp32), or every importance ratio is off. Both call these.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+
+def position_ids(attention_mask: "torch.Tensor") -> "torch.Tensor":
+    """Positions counted over real tokens only, so left and right padding give the same logits."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def token_logprobs(logits: "torch.Tensor", targets: "torch.Tensor", temperature: float = 1.0) -> "torch.Tensor":
+    """log p(target) under softmax(logits / temperature), in fp32.  logits [..., V], targets [...]."""
+    import torch
+
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    return logp.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)
+
+
+def sequence_logprobs(model: "torch.nn.Module", input_ids: "torch.Tensor", attention_mask: "torch.Tensor",
+                      temperature: float = 1.0) -> "torch.Tensor":
+    """Log-prob of each token given the ones before it.  input_ids [B, T] -> [B, T-1] (for tokens 1..T-1)."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask,
+                   position_ids=position_ids(attention_mask)).logits  # [B, T, V]
+    return token_logprobs(logits[:, :-1], input_ids[:, 1:], temperature)

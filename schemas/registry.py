@@ -1,0 +1,90 @@
+"""Named components chosen by config: one registry per kind, one syntax for built-ins and plugins.
+
+A config entry is a short name (`grpo`), a dotted path to a user's object
+(`my_lab.filters.drop_truncated`), or a mapping with `name` plus that component's own keyword
+arguments (`{name: drop_truncated, max_tokens: 2048}`). Plugin code is imported only when a config
+names it by dotted path.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generic, Mapping, TypeVar
+
+T = TypeVar("T")
+
+
+class RegistryError(ValueError):
+    """A config names a component that does not exist or passes it arguments it does not take."""
+
+
+@dataclass
+class Component(Generic[T]):
+    """A resolved config entry: the object and the keyword arguments the config gave it."""
+
+    name: str
+    obj: T
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+class Registry(Generic[T]):
+    """Components of one kind (processors, rewards, losses, …) by short name."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._items: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator: `@rewards.register("exact_match")`."""
+        def add(obj: T) -> T:
+            if name in self._items and self._items[name] is not obj:
+                raise RegistryError(f"{self.kind} {name!r} is already registered")
+            self._items[name] = obj
+            return obj
+        return add
+
+    def names(self) -> list[str]:
+        return sorted(self._items)
+
+    def get(self, name: str) -> T:
+        """A registered component by short name, or any object by dotted path."""
+        if name in self._items:
+            return self._items[name]
+        if "." in name:
+            module, _, attr = name.rpartition(".")
+            try:
+                obj = getattr(importlib.import_module(module), attr)
+            except (ImportError, AttributeError) as e:
+                raise RegistryError(f"{self.kind} {name!r}: cannot import it ({e})") from None
+            return obj
+        raise RegistryError(f"{self.kind} {name!r}: unknown; expected one of {self.names()} or a dotted path")
+
+    def resolve(self, entry: str | Mapping[str, Any]) -> Component[T]:
+        """A config entry (name, dotted path, or {name: …, **kwargs}) with its arguments checked."""
+        if isinstance(entry, str):
+            name, kwargs = entry, {}
+        elif isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
+            name, kwargs = entry["name"], {k: v for k, v in entry.items() if k != "name"}
+        else:
+            raise RegistryError(f"{self.kind}: expected a name or a mapping with 'name', got {entry!r}")
+        obj = self.get(name)
+        _check_kwargs(self.kind, name, obj, kwargs)
+        return Component(name, obj, kwargs)
+
+
+def _check_kwargs(kind: str, name: str, obj: Any, kwargs: dict[str, Any]) -> None:
+    """Refuse arguments the component does not accept, naming them and what it does accept."""
+    target = obj.__init__ if inspect.isclass(obj) else obj
+    try:
+        params = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    accepted = {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    unknown = sorted(set(kwargs) - accepted)
+    if unknown:
+        keyword_only = sorted(p.name for p in params if p.kind is p.KEYWORD_ONLY)
+        raise RegistryError(f"{kind} {name!r}: unexpected argument(s) {unknown}; it takes {keyword_only}")

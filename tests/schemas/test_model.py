@@ -1,0 +1,53 @@
+"""The model contract: the same spec builds the same model; log-probs do not depend on padding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from schemas import ModelSpec
+from schemas.logprobs import sequence_logprobs, token_logprobs
+from schemas.model import CHARSET, build_model, build_tokenizer
+
+
+def test_same_spec_same_initial_weights_other_seed_other_weights():
+    a, b = build_model(ModelSpec()), build_model(ModelSpec())
+    c = build_model(ModelSpec(seed=1))
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+    assert not torch.equal(next(a.parameters()), next(c.parameters()))
+
+
+def test_char_tokenizer_round_trips_and_has_no_token_type_ids():
+    tok = build_tokenizer(ModelSpec())
+    text = "Use 3, 7, 25 to make 46: (25+3)*7-150 = 46?"
+    enc = tok(text)
+    assert len(enc["input_ids"]) == len(text) and "token_type_ids" not in enc
+    assert tok.decode(enc["input_ids"]) == text
+    assert len(tok) == len(CHARSET) + 4 and tok.pad_token_id == 0
+
+
+def test_logprobs_do_not_depend_on_padding_side():
+    spec = ModelSpec()
+    tok, model = build_tokenizer(spec), build_model(spec)
+    texts = ["12+7=19", "3*4=12 and more"]
+    with torch.no_grad():
+        left = tok(texts, return_tensors="pt", padding=True, padding_side="left")
+        right = tok(texts, return_tensors="pt", padding=True, padding_side="right")
+        lp_left = sequence_logprobs(model, left["input_ids"], left["attention_mask"])
+        lp_right = sequence_logprobs(model, right["input_ids"], right["attention_mask"])
+    n = len(texts[0]) - 1  # the short text's real tokens: left-padded at the end, right-padded at the start
+    assert torch.allclose(lp_left[0, -n:], lp_right[0, :n], atol=1e-5)
+    assert torch.allclose(lp_left[1], lp_right[1], atol=1e-6)
+
+
+def test_token_logprobs_applies_temperature():
+    logits = torch.tensor([[2.0, 0.0]])
+    t = torch.tensor([0])
+    assert token_logprobs(logits, t, 1.0).item() == pytest.approx(-0.126928, abs=1e-6)
+    assert token_logprobs(logits, t, 2.0).item() == pytest.approx(-0.313262, abs=1e-6)
+
+
+def test_hf_source_needs_a_path():
+    with pytest.raises(ValidationError, match="path"):
+        ModelSpec(source="hf")
