@@ -51,3 +51,21 @@ def test_token_logprobs_applies_temperature():
 def test_hf_source_needs_a_path():
     with pytest.raises(ValidationError, match="path"):
         ModelSpec(source="hf")
+
+
+def test_weights_bytes_round_trip_into_another_model():
+    from schemas.model import load_weights, weights_to_bytes
+
+    trained, fresh = build_model(ModelSpec(seed=3)), build_model(ModelSpec())
+    load_weights(fresh, weights_to_bytes(trained))
+    assert all(torch.equal(x, y) for x, y in zip(trained.state_dict().values(), fresh.state_dict().values()))
+    assert fresh.lm_head.weight.data_ptr() == fresh.transformer.wte.weight.data_ptr()  # still tied
+
+
+def test_weights_of_another_architecture_are_refused():
+    from schemas import TinyModel
+    from schemas.model import load_weights, weights_to_bytes
+
+    big = build_model(ModelSpec(tiny=TinyModel(n_embd=32)))
+    with pytest.raises(ValueError, match="shape"):
+        load_weights(build_model(ModelSpec()), weights_to_bytes(big))
