@@ -149,9 +149,11 @@ class LocalKafka:
         want = set(self.running_nodes())
         last_error: Exception | None = None
         while time.monotonic() < deadline:
-            dead = [n.node_id for n in self.state.nodes if n.pid and not _alive(n.pid)]
-            if dead and not want:
-                break
+            died = sorted(want - set(self.running_nodes()))
+            if died:
+                logs = "".join(self._node_dir(self._node(i)).joinpath("stdout.log").read_text()[-2000:] for i in died)
+                raise RuntimeError(f"Kafka node(s) {died} exited while starting; see "
+                                   f"{self.data_dir}/node-*/server.log\n{logs}")
             try:
                 admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, request_timeout_ms=5000)
                 try:

@@ -1,0 +1,62 @@
+"""Follow the metrics topic: append every event to <run>/metrics.jsonl and keep the latest values."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+from schemas import MetricEvent
+from streams import KafkaSettings, RecordConsumer, Topics
+
+
+class MetricsRecorder(threading.Thread):
+    """A daemon thread that records the run's metrics as they arrive (the run's own copy of them)."""
+
+    def __init__(self, kafka: KafkaSettings, namespace: str, path: Path):
+        super().__init__(name="metrics-recorder", daemon=True)
+        self.kafka, self.topics, self.path = kafka, Topics(namespace), path
+        self.latest: dict[str, MetricEvent] = {}  # component -> newest event
+        self.history: dict[str, list[MetricEvent]] = {}
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with RecordConsumer(self.kafka, [self.topics.metrics], group_id=None, expect=MetricEvent,
+                            rejected_topic=self.topics.rejected, stage="metrics") as consumer, \
+                open(self.path, "a") as out:
+            while not self._stop.is_set():
+                deliveries = consumer.poll(timeout_ms=500)
+                for d in deliveries:
+                    event = d.record
+                    out.write(json.dumps({"component": event.component, "step": event.step, "time": event.time,
+                                          **event.values}) + "\n")
+                    with self._lock:
+                        self.latest[event.component] = event
+                        self.history.setdefault(event.component, []).append(event)
+                out.flush()
+
+    def value(self, component_prefix: str, name: str) -> float | None:
+        """The newest value of `name` reported by any component starting with `component_prefix`."""
+        with self._lock:
+            events = [e for c, e in self.latest.items() if c.startswith(component_prefix) and name in e.values]
+        return max(events, key=lambda e: e.time).values[name] if events else None
+
+    def series(self, component_prefix: str, name: str) -> list[tuple[float, float]]:
+        """(time, value) of `name` over the run, from every matching component."""
+        with self._lock:
+            points = [(e.time, e.values[name]) for c, es in self.history.items() if c.startswith(component_prefix)
+                      for e in es if name in e.values]
+        return sorted(points)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join(10)
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """The rows of a metrics.jsonl file."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

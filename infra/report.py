@@ -1,0 +1,83 @@
+"""`undertow report RUN_DIR`: PNG plots of a run's metrics and a markdown summary."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from infra.metrics_log import read_metrics
+
+# Which metric names go on which plot: matched by name, so a new metric of a stage shows up
+# without touching this file.
+PANELS: dict[str, re.Pattern] = {
+    "reward": re.compile(r"reward"),
+    "staleness": re.compile(r"stale"),
+    "throughput": re.compile(r"(per_s|_rate|throughput)$"),
+    "loss": re.compile(r"(^|_)loss|kl|entropy|clipfrac"),
+}
+IGNORED = {"component", "step", "time"}
+
+
+@dataclass
+class Series:
+    component: str
+    name: str
+    times: list[float]
+    values: list[float]
+
+
+def collect(rows: list[dict]) -> dict[str, list[Series]]:
+    """Group metric rows into series per panel."""
+    t0 = min((r["time"] for r in rows), default=0.0)
+    points: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    for row in rows:
+        for name, value in row.items():
+            if name in IGNORED or not isinstance(value, (int, float)) or not math.isfinite(value):
+                continue
+            points[(row["component"], name)].append((row["time"] - t0, float(value)))
+    panels: dict[str, list[Series]] = defaultdict(list)
+    for (component, name), pts in sorted(points.items()):
+        for panel, pattern in PANELS.items():
+            if pattern.search(name):
+                pts.sort()
+                panels[panel].append(Series(component, name, [p[0] for p in pts], [p[1] for p in pts]))
+                break
+    return panels
+
+
+def write_report(run_dir: Path) -> Path:
+    """Plots into <run>/report/, a summary in <run>/report/summary.md; returns the summary's path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    if not rows:
+        raise ValueError(f"{run_dir}: no metrics.jsonl rows to report on")
+    out = run_dir / "report"
+    out.mkdir(exist_ok=True)
+    panels = collect(rows)
+    lines = [f"# Run report: {run_dir.name}", "", f"{len(rows)} metric events, "
+             f"{(max(r['time'] for r in rows) - min(r['time'] for r in rows)):.0f} s.", ""]
+    for panel, series in panels.items():
+        fig, ax = plt.subplots(figsize=(8, 4))
+        for s in series[:12]:
+            ax.plot(s.times, s.values, label=f"{s.component}:{s.name}", linewidth=1)
+        ax.set_xlabel("seconds since start")
+        ax.set_title(panel)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / f"{panel}.png", dpi=100)
+        plt.close(fig)
+        lines += [f"## {panel}", "", f"![{panel}]({panel}.png)", "", "| series | first | last | min | max |",
+                  "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {s.component}:{s.name} | {s.values[0]:.4g} | {s.values[-1]:.4g} | {min(s.values):.4g} | "
+                  f"{max(s.values):.4g} |" for s in series]
+        lines.append("")
+    summary = out / "summary.md"
+    summary.write_text("\n".join(lines))
+    return summary

@@ -1,0 +1,77 @@
+"""Run the stages of a run as child processes: one log per process, clean stop, loud failure."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Child:
+    """One supervised process."""
+
+    name: str
+    argv: list[str]
+    log: Path
+    proc: subprocess.Popen | None = None
+    started: float = field(default_factory=time.time)
+
+    @property
+    def returncode(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+    def tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+class Supervisor:
+    """Starts children with their own process group, watches them, stops them in order."""
+
+    def __init__(self, log_dir: Path, env: dict[str, str] | None = None):
+        self.log_dir = log_dir
+        self.env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(env or {})}
+        self.children: list[Child] = []
+
+    def start(self, name: str, argv: list[str]) -> Child:
+        """Launch `argv`; stdout and stderr go to <log_dir>/<name>.log."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        child = Child(name, argv, self.log_dir / f"{name}.log")
+        with open(child.log, "ab") as out:
+            # Own process group: a Ctrl-C in the terminal reaches the supervisor only, which then
+            # stops the children in an order that lets the trainer checkpoint first.
+            child.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          env=self.env, start_new_session=True)
+        self.children.append(child)
+        return child
+
+    def exited(self) -> list[Child]:
+        """Children that are no longer running."""
+        return [c for c in self.children if c.returncode is not None]
+
+    def running(self) -> list[Child]:
+        return [c for c in self.children if c.returncode is None]
+
+    def stop(self, names: list[str] | None = None, timeout: float = 60.0) -> None:
+        """SIGTERM the named children (all by default) in the given order, each waited for in turn."""
+        chosen = [c for n in names for c in self.children if c.name == n] if names else list(self.children)
+        for child in chosen:
+            if child.returncode is not None:
+                continue
+            os.killpg(child.proc.pid, signal.SIGTERM)
+            try:
+                child.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.proc.pid, signal.SIGKILL)
+                child.proc.wait(10)
+
+    def wait(self, name: str, timeout: float | None = None) -> int:
+        """Wait for one child to exit on its own; its return code."""
+        child = next(c for c in self.children if c.name == name)
+        return child.proc.wait(timeout)

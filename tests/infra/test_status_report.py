@@ -1,0 +1,56 @@
+"""`undertow status` numbers from a real broker, and `undertow report` from a metrics log."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kafka import TopicPartition
+
+from infra.report import collect, write_report
+from infra.status import namespace_status
+from schemas import Task, chunk_weights
+from streams import RecordConsumer, RecordProducer, Topics
+
+
+@pytest.mark.broker
+def test_status_counts_records_lag_and_latest_version(kafka, namespace):
+    topics = Topics(namespace)
+    with RecordProducer(kafka) as p:
+        for i in range(10):
+            p.send(topics.tasks, Task(task_id=f"t{i}", prompt="1+1"), partition=0)
+        for version in (1, 2, 3):
+            for chunk in chunk_weights("policy", version, bytes(range(50)), 20):
+                p.send(topics.weights, chunk, key="policy")
+    with RecordConsumer(kafka, [topics.tasks], group_id=f"{namespace}-workers", expect=Task,
+                        rejected_topic=topics.rejected) as c:
+        got = []
+        while len(got) < 10:
+            got += c.poll(timeout_ms=500)
+        c.commit({TopicPartition(topics.tasks, 0): 4})
+    status = namespace_status(kafka, namespace)
+    assert status.records[topics.tasks] == 10 and status.records[topics.weights] == 9
+    lag = next(g for g in status.groups if g.group == f"{namespace}-workers")
+    assert (lag.topic, lag.committed, lag.end, lag.lag) == (topics.tasks, 4, 10, 6)
+    assert status.policy_version == 3
+
+
+def test_report_plots_each_panel_and_summarises(tmp_path):
+    rows = [{"component": "trainer", "step": s, "time": 100.0 + s, "loss": 1.0 / (s + 1), "kl": 0.01 * s,
+             "tokens_per_s": 500.0} for s in range(10)]
+    rows += [{"component": "processor", "step": None, "time": 100.0 + s, "reward_mean": 0.1 * s,
+              "staleness_mean": 1.0} for s in range(10)]
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    panels = collect(rows)
+    assert {s.name for s in panels["loss"]} == {"loss", "kl"}
+    assert [s.name for s in panels["reward"]] == ["reward_mean"]
+    assert [s.name for s in panels["throughput"]] == ["tokens_per_s"]
+    summary = write_report(tmp_path).read_text()
+    assert "| processor:reward_mean | 0 | 0.9 |" in summary
+    for panel in ("reward", "staleness", "throughput", "loss"):
+        assert (tmp_path / "report" / f"{panel}.png").stat().st_size > 1000
+
+
+def test_report_without_metrics_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="no metrics"):
+        write_report(tmp_path)
