@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from infra.cli_broker import broker_app
+from infra.cli_status import report, status
 from infra.cli_topics import topics_app
 
 app = typer.Typer(
@@ -16,6 +17,8 @@ app = typer.Typer(
 )
 app.add_typer(broker_app, name="broker")
 app.add_typer(topics_app, name="topics")
+app.command("status")(status)
+app.command("report")(report)
 
 
 def main() -> None:
