@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from infra.cli_broker import broker_app
+from infra.cli_rollout import rollout_cli
 from infra.cli_status import report, status
 from infra.cli_topics import topics_app
 
@@ -17,6 +18,7 @@ app = typer.Typer(
 )
 app.add_typer(broker_app, name="broker")
 app.add_typer(topics_app, name="topics")
+app.add_typer(rollout_cli)  # undertow rollout, undertow feed
 app.command("status")(status)
 app.command("report")(report)
 

@@ -1,0 +1,126 @@
+"""The `feeder` and `rollout` sections of a run's YAML config, and how a command loads them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from schemas import ModelSpec
+from streams import KafkaSettings
+
+from rollout.engines.base import SamplingParams
+
+Entry = str | dict[str, Any]  # a registry entry: `name`, dotted path, or {name: …, **kwargs}
+
+
+def rollout_group(namespace: str) -> str:
+    """The rollout workers' consumer group on the tasks topic (the feeder measures its lag)."""
+    return f"{namespace}.rollout"
+
+
+class TasksetConfig(BaseModel):
+    """One taskset of the mix."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="taskset name: Task.taskset and task id prefix")
+    source: Entry = Field(description="taskset source: jsonl, parquet, hf_disk, arithmetic, countdown, or dotted path")
+    ratio: float = Field(1.0, gt=0, description="share of the draws, relative to the other tasksets")
+    group_size: int | None = Field(None, ge=1, description="samples per task (default: feeder.group_size)")
+
+
+class DifficultyConfig(BaseModel):
+    """Favour tasks that are neither always nor never solved (pass rates from <ns>.task-stats)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(False, description="switch difficulty-based selection on")
+    min_attempts: int = Field(4, ge=1, description="attempts before an item's pass rate is trusted")
+    floor: float = Field(0.05, gt=0, le=1, description="weight of an always- or never-solved item (1 at pass rate 1/2)")
+
+
+class FeederConfig(BaseModel):
+    """`feeder:` — what goes onto the tasks topic, and how fast."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tasksets: list[TasksetConfig] = Field(
+        default_factory=lambda: [TasksetConfig(name="arith", source="arithmetic")],
+        min_length=1, description="tasksets mixed by ratio")
+    seed: int = Field(0, description="seed of shuffling and difficulty draws")
+    epochs: int | None = Field(1, ge=1, description="passes over each taskset (null: forever)")
+    shuffle: bool = Field(True, description="a fresh random order each epoch")
+    group_size: int = Field(4, ge=1, description="samples per task unless the taskset says otherwise")
+    max_lag: int = Field(32, ge=1, description="most tasks waiting for the rollout group; the feeder pauses above it")
+    difficulty: DifficultyConfig = Field(default_factory=DifficultyConfig, description="difficulty-based selection")
+    consumer_group: str | None = Field(None, description="rollout group whose lag is bounded (default <namespace>.rollout)")
+    poll_seconds: float = Field(0.2, gt=0, description="pause between lag checks while the topic is full")
+
+
+class RolloutConfig(BaseModel):
+    """`rollout:` — how workers turn tasks into experiences."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    engine: Entry = Field("transformers", description="inference engine: transformers, vllm, or dotted path (+ kwargs)")
+    sampling: SamplingParams = Field(default_factory=SamplingParams, description="temperature, top_p, max_new_tokens")
+    workflow: Entry = Field("single_turn", description="single_turn, multi_turn (+ environment), or dotted path")
+    reward: Entry = Field("numeric_match", description="reward function (see rollout.rewards) or dotted path")
+    chat_template: bool = Field(True, description="wrap plain prompts as a user message in the chat template")
+    workers: int = Field(1, ge=1, description="worker processes in the consumer group")
+    consumer_group: str | None = Field(None, description="consumer group on the tasks topic (default <namespace>.rollout)")
+    max_staleness: int = Field(1, ge=0, description="policy versions a worker may lag the trainer's latest (0: on-policy)")
+    experiences_per_version: int | None = Field(
+        None, ge=1, description="experiences a worker may publish per trainer version, times max_staleness+1 (null: no cap)")
+    weights_wait_seconds: float = Field(0.05, gt=0, description="pause between checks while admission control waits")
+
+
+class _RunBase(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # the other stages' sections are theirs to validate
+
+    namespace: str = Field("undertow", description="topic namespace")
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="how to reach the brokers")
+    model: ModelSpec = Field(default_factory=ModelSpec, description="the policy model")
+
+
+class FeedRunConfig(_RunBase):
+    """What `undertow feed` reads: namespace, kafka, model and `feeder:`."""
+
+    feeder: FeederConfig = Field(default_factory=FeederConfig, description="the task feeder")
+
+
+class RolloutRunConfig(_RunBase):
+    """What `undertow rollout` reads: namespace, kafka, model and `rollout:`."""
+
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="the rollout workers")
+
+
+class RolloutConfigError(ValueError):
+    """A config that does not validate; the message names the field and what was expected."""
+
+
+def load_run_config(path: str | Path, kind: type[_RunBase]) -> Any:
+    """Read and validate `kind` (FeedRunConfig / RolloutRunConfig); errors name the field."""
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise RolloutConfigError(f"{path}: cannot read config: {e}") from None
+    if not isinstance(data, dict):
+        raise RolloutConfigError(f"{path}: expected a mapping at the top level")
+    try:
+        return kind.model_validate(data)
+    except ValidationError as e:
+        raise RolloutConfigError(_message(str(path), e)) from None
+
+
+def _message(source: str, error: ValidationError) -> str:
+    """Same format as infra.config.validation_message (rollout may not import infra)."""
+    lines = []
+    for e in error.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        got = f" (got {e['input']!r})" if "input" in e and not isinstance(e["input"], dict) else ""
+        lines.append(f"{source}: {loc}: {e['msg']}{got}")
+    return "\n".join(lines)

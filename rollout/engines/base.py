@@ -1,0 +1,60 @@
+"""The engine interface every backend implements, and the records it returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas import ModelSpec
+from schemas.registry import Registry
+
+
+class SamplingParams(BaseModel):
+    """How to sample a response."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float = Field(1.0, gt=0, description="softmax temperature; behaviour log-probs use the same one")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass (1 = off)")
+    max_new_tokens: int = Field(32, ge=1, description="longest response per generation, in tokens")
+
+
+@dataclass
+class Sample:
+    """One generated continuation of one prompt.
+
+    `logprobs[i]` is log p(tokens[i]) under softmax(logits / temperature) of the full vocabulary, as
+    `schemas.logprobs` defines it (top-p shapes what is sampled, not this number), so the trainer
+    recomputes the same value from the same weights.
+    """
+
+    tokens: list[int]
+    text: str
+    logprobs: list[float]
+    finish_reason: Literal["stop", "length"]
+
+
+class Engine(Protocol):
+    """What a workflow needs from a backend."""
+
+    tokenizer: Any
+
+    def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Sample]]:
+        """`n` samples for each prompt (token ids); result[i][j] is sample j of prompt i."""
+
+    def logprobs(self, prompt: list[int], continuation: list[int], temperature: float) -> list[float]:
+        """Log-prob of each continuation token given everything before it."""
+
+    def load_weights(self, blob: bytes) -> None:
+        """Replace the weights in place with safetensors bytes (a WeightUpdate payload)."""
+
+
+engines: Registry[type] = Registry("engine")
+
+
+def build_engine(entry: str | Mapping[str, Any], spec: ModelSpec) -> Engine:
+    """An engine from a config entry (`transformers` or `{name: transformers, batch_size: 8}`)."""
+    component = engines.resolve(entry)
+    return component.obj(spec, **component.kwargs)

@@ -1,0 +1,108 @@
+"""`undertow feed`: the task sampler's tasks onto `<ns>.tasks`, with the rollout group's lag bounded.
+
+Backpressure is pull-based: the feeder publishes only while the rollout group's lag (tasks on the
+topic past the group's committed offsets) is below `max_lag`, so the topic never holds more than
+`max_lag` waiting tasks and fresh pass rates can steer the next draws.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from kafka import KafkaConsumer, TopicPartition
+
+from schemas import TaskStat
+from streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
+
+from rollout.config import FeedRunConfig, FeederConfig, rollout_group
+from rollout.feeder import TaskSampler, load_items
+from rollout.feeder.sampler import Difficulty, Taskset
+
+log = logging.getLogger(__name__)
+
+
+def build_sampler(cfg: FeederConfig) -> TaskSampler:
+    tasksets = [Taskset(name=t.name, items=load_items(t.source), ratio=t.ratio,
+                        group_size=t.group_size or cfg.group_size) for t in cfg.tasksets]
+    d = cfg.difficulty
+    return TaskSampler(tasksets, seed=cfg.seed, epochs=cfg.epochs, shuffle=cfg.shuffle,
+                       difficulty=Difficulty(enabled=d.enabled, min_attempts=d.min_attempts, floor=d.floor))
+
+
+class GroupLag:
+    """Tasks on the topic that the consumer group has not committed past."""
+
+    def __init__(self, settings: KafkaSettings, topic: str, group: str):
+        self.topic, self.group = topic, group
+        # A group member that never subscribes: it reads the group's commits, it does not join.
+        self.consumer = KafkaConsumer(**settings.kafka_python(), group_id=group, enable_auto_commit=False)
+        self.parts = [TopicPartition(topic, p) for p in sorted(self.consumer.partitions_for_topic(topic) or ())]
+        if not self.parts:
+            raise ValueError(f"topic {topic} does not exist: run `undertow topics create`")
+
+    def __call__(self) -> int:
+        ends = self.consumer.end_offsets(self.parts)
+        starts = self.consumer.beginning_offsets(self.parts)
+        done = {tp: self.consumer.committed(tp) for tp in self.parts}  # None: nothing committed yet
+        return sum(ends[tp] - max(done[tp] or 0, starts[tp]) for tp in self.parts)
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+@dataclass
+class FeedStats:
+    published: int = 0
+    pauses: int = 0
+    stats_read: int = 0
+
+
+class Feeder:
+    """Publishes tasks until the sampler runs dry, `max_tasks` are out, or `stop` is set."""
+
+    def __init__(self, config: FeedRunConfig, settings: KafkaSettings):
+        cfg = config.feeder
+        self.cfg, self.topics = cfg, Topics(config.namespace)
+        self.sampler = build_sampler(cfg)
+        self.producer = RecordProducer(settings)
+        self.lag = GroupLag(settings, self.topics.tasks, cfg.consumer_group or rollout_group(config.namespace))
+        self.task_stats: RecordConsumer[TaskStat] = RecordConsumer(
+            settings, [], group_id=None, expect=TaskStat, rejected_topic=self.topics.rejected,
+            producer=self.producer, stage="feeder")
+        parts = self.task_stats.kafka.partitions_for_topic(self.topics.task_stats) or {0}
+        self.task_stats.kafka.assign([TopicPartition(self.topics.task_stats, p) for p in sorted(parts)])
+        self.stats = FeedStats()
+
+    def run(self, *, max_tasks: int | None = None, stop: threading.Event | None = None) -> FeedStats:
+        stop = stop or threading.Event()
+        try:
+            while not stop.is_set() and (max_tasks is None or self.stats.published < max_tasks):
+                self._read_task_stats()
+                if self.lag() >= self.cfg.max_lag:
+                    self.stats.pauses += 1
+                    stop.wait(self.cfg.poll_seconds)
+                    continue
+                task = self.sampler.next()
+                if task is None:
+                    break
+                self.producer.send(self.topics.tasks, task, key=task.task_id)
+                self.producer.flush()  # the lag check must see it
+                self.stats.published += 1
+        finally:
+            self.close()
+        return self.stats
+
+    def close(self) -> None:
+        self.producer.flush()
+        self.task_stats.close()
+        self.producer.close()
+        self.lag.close()
+
+    def _read_task_stats(self) -> None:
+        if not self.cfg.difficulty.enabled:
+            return
+        for delivery in self.task_stats.poll(timeout_ms=0):
+            self.sampler.update(delivery.record)
+            self.stats.stats_read += 1

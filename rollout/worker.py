@@ -1,0 +1,148 @@
+"""The rollout worker: tasks in, experiences out, weights swapped between generations.
+
+Per task: generate the group, score it, publish one Experience per sample keyed by group id, wait
+for the acknowledgements, then commit the task's offset (at-least-once; ids are deterministic).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from kafka import TopicPartition
+
+from schemas import MetricEvent, Task, encode
+from streams import Delivery, KafkaSettings, RecordConsumer, RecordProducer, Topics
+
+from rollout.admission import Admission
+from rollout.config import RolloutRunConfig, rollout_group
+from rollout.engines import build_engine
+from rollout.experiences import to_experiences
+from rollout.rewards import build_reward
+from rollout.weight_subscriber import WeightSubscriber
+from rollout.workflows import WorkflowContext, build_workflow
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class WorkerStats:
+    """What a worker did, returned when it stops."""
+
+    tasks: int = 0
+    experiences: int = 0
+    tokens: int = 0
+    failed_tasks: int = 0
+    weight_swaps: int = 0
+    waits: int = 0
+
+
+class RolloutWorker:
+    """One member of the rollout consumer group."""
+
+    def __init__(self, config: RolloutRunConfig, settings: KafkaSettings, name: str = "rollout-0"):
+        cfg = config.rollout
+        self.name, self.model_name = name, config.model.name
+        self.topics = Topics(config.namespace)
+        self.engine = build_engine(cfg.engine, config.model)
+        self.ctx = WorkflowContext(engine=self.engine, sampling=cfg.sampling, reward=build_reward(cfg.reward),
+                                   chat_template=cfg.chat_template)
+        self.workflow = build_workflow(cfg.workflow)
+        self.admission = Admission(cfg.max_staleness, cfg.experiences_per_version)
+        self.wait_seconds = cfg.weights_wait_seconds
+        self.producer = RecordProducer(settings)
+        self.consumer: RecordConsumer[Task] = RecordConsumer(
+            settings, [self.topics.tasks], group_id=cfg.consumer_group or rollout_group(config.namespace),
+            expect=Task, rejected_topic=self.topics.rejected, producer=self.producer, stage="rollout",
+            max_poll_records=1)
+        self.subscriber = WeightSubscriber(settings, self.topics, self.model_name, self.producer)
+        self.stats = WorkerStats()
+
+    def run(self, *, max_tasks: int | None = None, idle_timeout: float | None = None,
+            stop: threading.Event | None = None) -> WorkerStats:
+        """Work until `stop` is set, `max_tasks` tasks are done, or no task came for `idle_timeout` s."""
+        stop = stop or threading.Event()
+        self.subscriber.start()
+        # A fresh worker starts from the newest published weights, not from version 0.
+        if not self.subscriber.caught_up.wait(timeout=120):
+            log.warning("%s: weights topic not read to its end after 120 s; starting anyway", self.name)
+        last_work = time.monotonic()
+        try:
+            while not stop.is_set() and (max_tasks is None or self.stats.tasks < max_tasks):
+                self._swap_weights()
+                if self._wait_for_trainer():
+                    continue
+                deliveries = self.consumer.poll(timeout_ms=200, max_records=1)
+                for delivery in deliveries:
+                    self._process(delivery)
+                    last_work = time.monotonic()
+                if not deliveries and idle_timeout is not None and time.monotonic() - last_work > idle_timeout:
+                    break
+        finally:
+            self.close()
+        return self.stats
+
+    def close(self) -> None:
+        self.subscriber.stop()
+        self.producer.flush()
+        self.consumer.close()  # leaves the group; offsets were committed task by task
+        self.producer.close()
+
+    def _swap_weights(self) -> None:
+        """Between generations: load the newest verified version, if one arrived."""
+        self.admission.trainer_announced(self.subscriber.latest_announced)
+        ready = self.subscriber.take()
+        if ready is None or ready.version <= self.admission.held:
+            return
+        self.engine.load_weights(ready.blob)
+        self.admission.weights_loaded(ready.version)
+        self.stats.weight_swaps += 1
+        log.info("%s: now generating with %s v%d", self.name, self.model_name, ready.version)
+
+    def _wait_for_trainer(self) -> bool:
+        """True (after a short pause that keeps the group membership alive) when admission says wait."""
+        reason = self.admission.reason_to_wait()
+        if reason is None:
+            return False
+        self.stats.waits += 1
+        kafka = self.consumer.kafka
+        assigned = kafka.assignment()
+        kafka.pause(*assigned)
+        try:
+            kafka.poll(timeout_ms=int(self.wait_seconds * 1000))
+        finally:
+            kafka.resume(*assigned)
+        return True
+
+    def _process(self, delivery: Delivery[Task]) -> None:
+        task, started = delivery.record, time.time()
+        try:
+            experiences = to_experiences(task, self.workflow(task, self.ctx), policy_version=self.admission.held,
+                                         worker=self.name)
+        except Exception as e:  # a bad task or a failing plugin: dead-letter it, do not stop the group
+            log.exception("%s: task %s failed", self.name, task.task_id)
+            self.stats.failed_tasks += 1
+            self.producer.reject(self.topics.rejected, stage="rollout", reason="workflow_error",
+                                 detail=f"{type(e).__name__}: {e}", original=encode(task), key=delivery.key,
+                                 source_topic=delivery.topic, partition=delivery.partition,
+                                 offset=delivery.offset, record_id=task.task_id)
+        else:
+            for exp in experiences:
+                self.producer.send(self.topics.raw, exp, key=exp.group_id)
+            self._account(experiences, time.time() - started)
+        # commit() flushes the producer first: the experiences are acknowledged before the offset moves.
+        self.consumer.commit({TopicPartition(delivery.topic, delivery.partition): delivery.offset + 1})
+        self.stats.tasks += 1
+
+    def _account(self, experiences: list, seconds: float) -> None:
+        tokens = sum(e.num_response_tokens for e in experiences)
+        self.stats.experiences += len(experiences)
+        self.stats.tokens += tokens
+        self.admission.published(len(experiences))
+        rewards = [e.reward for e in experiences]
+        metric = MetricEvent(component=self.name, step=self.admission.held, values={
+            "tokens_per_s": tokens / max(seconds, 1e-9), "reward_mean": sum(rewards) / len(rewards),
+            "policy_version": float(self.admission.held), "trainer_version": float(self.admission.latest)})
+        self.producer.send(self.topics.metrics, metric, key=self.name)

@@ -1,0 +1,65 @@
+"""Admission control and weight reassembly (pure parts of the worker)."""
+
+from __future__ import annotations
+
+import pytest
+
+from schemas import WeightIntegrityError, chunk_weights
+from rollout.admission import Admission
+from rollout.weights import WeightAssembler
+
+
+def test_admission_waits_when_weights_are_too_old():
+    a = Admission(max_staleness=1)
+    assert a.reason_to_wait() is None
+    a.trainer_announced(1)
+    assert a.reason_to_wait() is None          # 1 - 0 <= 1
+    a.trainer_announced(2)
+    assert "behind" in a.reason_to_wait()       # 2 - 0 > 1
+    a.weights_loaded(2)
+    assert a.reason_to_wait() is None
+
+
+def test_on_policy_waits_for_every_version():
+    a = Admission(max_staleness=0)
+    a.trainer_announced(1)
+    assert a.reason_to_wait() is not None
+    a.weights_loaded(1)
+    assert a.reason_to_wait() is None
+
+
+def test_admission_caps_experiences_per_trainer_version():
+    a = Admission(max_staleness=1, experiences_per_version=4)
+    a.published(7)
+    assert a.reason_to_wait() is None          # 7 < (1 + 1) * 4
+    a.published(1)
+    assert "8 >= 8" in a.reason_to_wait()
+    a.trainer_announced(1)                      # the trainer moved: the budget starts again
+    assert a.reason_to_wait() is None and a.published_since_latest == 0
+
+
+def chunks(version: int, blob: bytes):
+    return chunk_weights("policy", version, blob, 4)
+
+
+def test_assembler_joins_chunks_in_any_order_and_ignores_old_versions():
+    asm = WeightAssembler("policy")
+    c = chunks(1, b"0123456789")
+    assert asm.add(c[2]) is None and asm.add(c[0]) is None and asm.add(c[0]) is None
+    done = asm.add(c[1])
+    assert (done.version, done.blob) == (1, b"0123456789")
+    assert asm.add(chunks(1, b"0123456789")[0]) is None          # redelivery of an assembled version
+    assert asm.add(chunk_weights("other", 5, b"x", 4)[0]) is None  # another model's update
+
+
+def test_assembler_refuses_a_bad_checksum_and_goes_on():
+    asm = WeightAssembler("policy")
+    bad = chunks(2, b"abcdefgh")
+    bad[1] = bad[1].model_copy(update={"data": b"XXXX"})
+    asm.add(bad[0])
+    with pytest.raises(WeightIntegrityError, match="sha256"):
+        asm.add(bad[1])
+    assert asm.newest == -1 and asm.pending == {}
+    good = chunks(3, b"abcdefgh")
+    asm.add(good[0])
+    assert asm.add(good[1]).version == 3

@@ -1,0 +1,69 @@
+"""Entry points: `undertow feed` and `undertow rollout --workers 2` as subprocesses, config errors, examples."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from schemas import Experience, Task
+from streams import Topics
+from rollout.config import FeedRunConfig, RolloutRunConfig, load_run_config
+from rollout.feed_runner import build_sampler
+from tests.rollout.conftest import read_all
+
+ROOT = Path(__file__).resolve().parents[2]
+UNDERTOW = [sys.executable, "-m", "infra.cli"]
+
+
+def env() -> dict[str, str]:
+    """Read when a test runs: the broker fixture exports $UNDERTOW_BOOTSTRAP."""
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def test_every_shipped_rollout_example_loads_and_builds_its_tasksets(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    examples = sorted(ROOT.glob("examples/rollout_*.yaml"))
+    assert len(examples) == 2
+    for path in examples:
+        load_run_config(path, RolloutRunConfig)
+        assert build_sampler(load_run_config(path, FeedRunConfig).feeder).next() is not None
+
+
+def test_bad_config_names_the_field(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("rollout:\n  sampling: {temperature: 0}\n  max_staleness: -1\nfeeder: {max_lag: 0}\n")
+    out = subprocess.run(UNDERTOW + ["rollout", str(path), "-b", "localhost:1"], capture_output=True, text=True,
+                         env=env(), cwd=ROOT, timeout=120)
+    assert out.returncode == 2
+    assert "rollout.sampling.temperature" in out.stderr and "rollout.max_staleness" in out.stderr
+    assert "feeder" not in out.stderr  # another command's section: not this command's business
+    out = subprocess.run(UNDERTOW + ["feed", str(path), "-b", "localhost:1"], capture_output=True, text=True,
+                         env=env(), cwd=ROOT, timeout=120)
+    assert out.returncode == 2 and "feeder.max_lag" in out.stderr and "greater than or equal to 1" in out.stderr
+
+
+@pytest.mark.broker
+@pytest.mark.slow
+def test_feed_then_two_workers_in_one_group(kafka, namespace, config_path):
+    path = config_path(
+        feeder={"tasksets": [{"name": "a", "source": {"name": "arithmetic", "size": 8}}], "group_size": 2},
+        rollout={"sampling": {"max_new_tokens": 4}, "workers": 1})
+    fed = subprocess.run(UNDERTOW + ["feed", str(path)], capture_output=True, text=True, env=env(), cwd=ROOT,
+                         timeout=300)
+    assert fed.returncode == 0, fed.stderr
+    assert "8 task(s) published" in fed.stdout
+    topics = Topics(namespace)
+    tasks = read_all(kafka, topics.tasks, Task)
+    assert len(tasks) == 8
+    work = subprocess.run(UNDERTOW + ["rollout", str(path), "--workers", "2", "--idle-timeout", "8"],
+                          capture_output=True, text=True, env=env(), cwd=ROOT, timeout=400)
+    assert work.returncode == 0, work.stderr[-3000:]
+    exps = read_all(kafka, topics.raw, Experience)
+    assert {e.task_id for e in exps} == {t.task_id for t in tasks}
+    # One group, not two: each task was done once (two separate consumers would both do all 8).
+    assert len(exps) == 16 and len({e.experience_id for e in exps}) == 16
+    assert "rollout-0: WorkerStats" in work.stderr and "rollout-1: WorkerStats" in work.stderr

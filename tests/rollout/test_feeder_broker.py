@@ -1,0 +1,72 @@
+"""The feeder against the real broker: bounded lag (pull-based backpressure) and difficulty selection."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
+
+from schemas import Task, TaskStat
+from streams import RecordProducer, Topics
+from rollout.config import FeedRunConfig, load_run_config, rollout_group
+from rollout.feed_runner import Feeder
+from tests.rollout.conftest import read_all, wait_for
+
+pytestmark = [pytest.mark.broker, pytest.mark.slow]
+
+
+def commit_all(kafka, topic: str, group: str) -> None:
+    """Act as the rollout group: commit past every task published so far."""
+    consumer = KafkaConsumer(**kafka.kafka_python(), group_id=group, enable_auto_commit=False)
+    parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+    consumer.commit({tp: OffsetAndMetadata(o, "", -1) for tp, o in consumer.end_offsets(parts).items()})
+    consumer.close()
+
+
+def test_feeder_keeps_the_lag_bounded(kafka, namespace, config_path):
+    feeder_cfg = {"tasksets": [{"name": "arith", "source": {"name": "arithmetic", "size": 30}}],
+                  "max_lag": 5, "group_size": 2, "poll_seconds": 0.1}
+    feeder = Feeder(load_run_config(config_path(feeder=feeder_cfg), FeedRunConfig), kafka)
+    stop = threading.Event()
+    thread = threading.Thread(target=feeder.run, kwargs={"max_tasks": 12, "stop": stop})
+    thread.start()
+    topics = Topics(namespace)
+    try:
+        wait_for(lambda: feeder.stats.published == 5, what="5 tasks")
+        time.sleep(1.5)
+        assert feeder.stats.published == 5 and feeder.stats.pauses > 0  # paused at max_lag
+        commit_all(kafka, topics.tasks, rollout_group(namespace))      # workers took them
+        wait_for(lambda: feeder.stats.published == 10, what="5 more")
+        time.sleep(1.0)
+        assert feeder.stats.published == 10
+        commit_all(kafka, topics.tasks, rollout_group(namespace))
+        thread.join(timeout=30)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    tasks = read_all(kafka, topics.tasks, Task)
+    assert len(tasks) == 12 and len({t.task_id for t in tasks}) == 12
+    assert {t.group_size for t in tasks} == {2} and all(t.answer for t in tasks)
+
+
+def test_feeder_mixes_by_ratio_and_favours_medium_tasks_from_task_stats(kafka, namespace, config_path):
+    topics = Topics(namespace)
+    with RecordProducer(kafka) as producer:
+        for task_id, attempts, successes in [("hard/0@0", 8, 0), ("hard/1@1", 8, 8), ("hard/2@2", 8, 4)]:
+            producer.send(topics.task_stats, TaskStat(task_id=task_id, taskset="hard", attempts=attempts,
+                                                      successes=successes), key=task_id)
+        producer.send_bytes(topics.task_stats, b"garbage", key="x")  # dead-lettered, feeding goes on
+    feeder_cfg = {"tasksets": [{"name": "hard", "source": {"name": "arithmetic", "size": 3}, "ratio": 3},
+                               {"name": "count", "source": {"name": "countdown", "size": 50}, "ratio": 1}],
+                  "epochs": None, "max_lag": 1000, "difficulty": {"enabled": True, "min_attempts": 4}}
+    feeder = Feeder(load_run_config(config_path(feeder=feeder_cfg), FeedRunConfig), kafka)
+    assert feeder.run(max_tasks=200).published == 200
+    assert feeder.stats.stats_read == 3
+    tasks = read_all(kafka, topics.tasks, Task)
+    hard = [t for t in tasks if t.taskset == "hard"]
+    assert len(hard) == 150 and len(tasks) - len(hard) == 50  # 3 : 1
+    # Weights 0.05 (never), 0.05 (always), 1 (half): the medium item gets ~1/1.1 of the hard draws.
+    assert sum(t.metadata["item"] == "2" for t in hard) / len(hard) == pytest.approx(1 / 1.1, abs=0.07)
+    assert any(r.stage == "feeder" for r in read_all(kafka, topics.rejected))

@@ -1,0 +1,116 @@
+"""The rollout worker against the real broker: experiences, weight hot-swap, refused weights, redelivery."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
+
+from schemas import Experience, ModelSpec, Rejected, Task, chunk_weights
+from schemas.model import build_model, weights_to_bytes
+from streams import RecordProducer, Topics
+from rollout.config import RolloutRunConfig, load_run_config, rollout_group
+from rollout.worker import RolloutWorker
+from tests.rollout.conftest import read_all, wait_for
+from tests.rollout.test_generation import trainer_logprobs
+
+pytestmark = [pytest.mark.broker, pytest.mark.slow]
+
+ROLLOUT = {"sampling": {"max_new_tokens": 8, "temperature": 1.0}, "workflow": "single_turn",
+           "reward": "numeric_match", "max_staleness": 0}
+
+
+def publish_weights(producer: RecordProducer, topics: Topics, version: int, seed: int, corrupt: bool = False):
+    chunks = chunk_weights("policy", version, weights_to_bytes(build_model(ModelSpec(seed=seed))), 64 << 10)
+    if corrupt:  # same announced sha256, different bytes in one chunk
+        chunks[1] = chunks[1].model_copy(update={"data": bytes(len(chunks[1].data))})
+    for c in chunks:
+        producer.send(topics.weights, c, key="policy")
+    producer.flush()
+
+
+def experiences_of(kafka, topics, task_id):
+    return [e for e in read_all(kafka, topics.raw, Experience) if e.task_id == task_id]
+
+
+def test_worker_publishes_experiences_and_hot_swaps_weights(kafka, namespace, config_path):
+    config = load_run_config(config_path(rollout={**ROLLOUT, "max_staleness": 0}), RolloutRunConfig)
+    topics = Topics(namespace)
+    worker = RolloutWorker(config, kafka, "w0")
+    stats = {}
+    thread = threading.Thread(target=lambda: stats.update(done=worker.run(max_tasks=3)))
+    thread.start()
+    with RecordProducer(kafka) as producer:
+        producer.send(topics.tasks, Task(task_id="t1", prompt="What is 2+3?", answer="5", group_size=3), key="t1")
+        producer.flush()
+        first = wait_for(lambda: len(experiences_of(kafka, topics, "t1")) == 3 and experiences_of(kafka, topics, "t1"),
+                         what="experiences of t1")
+        # A valid v1: with max_staleness 0 the worker must load it before its next generation.
+        publish_weights(producer, topics, 1, seed=7)
+        wait_for(lambda: worker.subscriber.latest_announced == 1, what="v1 announced")
+        producer.send(topics.tasks, Task(task_id="t2", prompt="What is 1+1?", answer="2", group_size=2), key="t2")
+        producer.flush()
+        second = wait_for(lambda: experiences_of(kafka, topics, "t2"), what="experiences of t2")
+        # A corrupted v2 is refused: the worker keeps v1. (max_staleness 0 would now wait for v3,
+        # so loosen it to see the next task go through on v1.)
+        worker.admission.max_staleness = 1
+        publish_weights(producer, topics, 2, seed=8, corrupt=True)
+        wait_for(lambda: worker.subscriber.refused == [2], what="v2 refused")
+        producer.send(topics.tasks, Task(task_id="t3", prompt="What is 2+2?", answer="4", group_size=2), key="t3")
+        producer.flush()
+    thread.join(timeout=120)
+    assert not thread.is_alive() and stats["done"].tasks == 3
+    third = experiences_of(kafka, topics, "t3")
+
+    assert [e.policy_version for e in first] == [0, 0, 0]
+    assert {e.policy_version for e in second} == {1} and {e.policy_version for e in third} == {1}
+    assert stats["done"].weight_swaps == 1
+    for e in first + second + third:
+        assert len(e.response_tokens) == len(e.behaviour_logprobs) == len(e.loss_mask) > 0
+        assert e.experience_id == f"{e.group_id}/{e.sample_index}" and e.group_id == e.task_id
+        assert set(e.timestamps) == {"created", "generated"} and "correct" in e.reward_components
+        assert e.metadata["worker"] == "w0"
+    assert sorted(e.sample_index for e in first) == [0, 1, 2]
+    # v1's weights really generated t2: its log-probs are v1's, not v0's.
+    e = second[0]
+    assert max(abs(a - b) for a, b in zip(e.behaviour_logprobs, trainer_logprobs(ModelSpec(seed=7), [e], 1.0)[0])) <= 1e-4
+    assert max(abs(a - b) for a, b in zip(e.behaviour_logprobs, trainer_logprobs(ModelSpec(), [e], 1.0)[0])) > 1e-2
+    refused = [r for r in read_all(kafka, topics.rejected, Rejected) if r.stage == "weights"]
+    assert len(refused) == 1 and refused[0].reason == "checksum" and "sha256" in refused[0].detail
+    assert refused[0].record_id == "policy@v2"
+    metrics = [m for m in read_all(kafka, topics.metrics) if m.component == "w0"]
+    assert len(metrics) == 3 and metrics[-1].values["policy_version"] == 1.0
+
+
+def test_redelivered_task_yields_the_same_experience_ids(kafka, namespace, config_path):
+    config = load_run_config(config_path(rollout=ROLLOUT), RolloutRunConfig)
+    topics = Topics(namespace)
+    with RecordProducer(kafka) as producer:
+        producer.send(topics.tasks, Task(task_id="arith/1@0", prompt="1+1?", answer="2", group_size=2),
+                      key="arith/1@0")
+    assert RolloutWorker(config, kafka, "a").run(max_tasks=1).tasks == 1
+    # As after a crash before the commit: the group's offsets go back, the task comes again.
+    group = rollout_group(namespace)
+    rewind = KafkaConsumer(**kafka.kafka_python(), group_id=group, enable_auto_commit=False)
+    parts = [TopicPartition(topics.tasks, p) for p in rewind.partitions_for_topic(topics.tasks)]
+    rewind.commit({tp: OffsetAndMetadata(0, "", -1) for tp in parts})
+    rewind.close()
+    assert RolloutWorker(config, kafka, "b").run(max_tasks=1).tasks == 1
+    exps = read_all(kafka, topics.raw, Experience)
+    assert sorted(e.experience_id for e in exps) == ["arith/1@0/0", "arith/1@0/0", "arith/1@0/1", "arith/1@0/1"]
+    assert {e.metadata["worker"] for e in exps} == {"a", "b"}
+
+
+def test_failing_workflow_dead_letters_the_task_and_goes_on(kafka, namespace, config_path):
+    rollout = {**ROLLOUT, "reward": "countdown"}  # countdown needs metadata these tasks lack
+    config = load_run_config(config_path(rollout=rollout), RolloutRunConfig)
+    topics = Topics(namespace)
+    with RecordProducer(kafka) as producer:
+        producer.send(topics.tasks, Task(task_id="bad", prompt="x"), key="bad")
+        producer.send_bytes(topics.tasks, b"not a record", key="junk")
+    stats = RolloutWorker(config, kafka, "w").run(idle_timeout=3)
+    assert stats.failed_tasks == 1 and stats.experiences == 0
+    rejected = read_all(kafka, topics.rejected, Rejected)
+    assert {(r.stage, r.reason) for r in rejected} == {("rollout", "workflow_error"), ("rollout", "undecodable")}
+    assert any("numbers" in r.detail for r in rejected)
