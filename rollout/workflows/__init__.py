@@ -5,6 +5,7 @@ from rollout.workflows.environment import Environment, StepResult, environment, 
 from rollout.workflows import single_turn as _single  # noqa: F401  (fills the registries)
 from rollout.workflows import multi_turn as _multi  # noqa: F401
 from rollout.workflows import number_guess as _guess  # noqa: F401
+from rollout.workflows import reference as _reference  # noqa: F401
 
 __all__ = ["Environment", "StepResult", "Trajectory", "WorkflowContext", "build_workflow", "environment",
            "environments", "prompt_tokens", "workflow", "workflows"]

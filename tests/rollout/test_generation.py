@@ -131,3 +131,19 @@ def test_experience_ids_are_deterministic_and_group_size_is_checked(engine):
     assert exps[0].timestamps == {"created": task.created_at, "generated": 5.0} and exps[0].policy_version == 4
     with pytest.raises(ValueError, match="group_size"):
         to_experiences(task.model_copy(update={"group_size": 3}), flow(task, ctx), policy_version=0, worker="w")
+
+
+def test_reference_workflow_emits_the_answer_with_policy_logprobs(engine):
+    params = SamplingParams(temperature=1.0, max_new_tokens=8)
+    ctx = WorkflowContext(engine=engine, sampling=params, reward=build_reward("numeric_match"))
+    task = Task(task_id="r1", prompt="12+7=", answer="19", group_size=2)
+    trajectories = build_workflow("reference")(task, ctx)
+    tok = engine.tokenizer
+    assert len(trajectories) == 2
+    t = trajectories[0]
+    assert t.response_tokens == tok("19", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    assert t.reward_components == {"correct": 1.0}
+    exps = to_experiences(task, trajectories, policy_version=0, worker="w")
+    assert trainer_logprobs(ModelSpec(), exps[:1], 1.0)[0] == pytest.approx(exps[0].behaviour_logprobs, abs=1e-4)
+    with pytest.raises(ValueError, match="needs task.answer"):
+        build_workflow("reference")(Task(task_id="r2", prompt="hi"), ctx)
