@@ -8,6 +8,7 @@ from infra.cli_broker import broker_app
 from infra.cli_rollout import rollout_cli
 from infra.cli_status import report, status
 from infra.cli_topics import topics_app
+from infra.cli_trainer import train
 
 app = typer.Typer(
     name="undertow",
@@ -19,6 +20,7 @@ app = typer.Typer(
 app.add_typer(broker_app, name="broker")
 app.add_typer(topics_app, name="topics")
 app.add_typer(rollout_cli)  # undertow rollout, undertow feed
+app.command("train")(train)
 app.command("status")(status)
 app.command("report")(report)
 

@@ -1,0 +1,54 @@
+"""Training tokens/s of the tiny model through the DeepSpeed engine on this machine (no Kafka).
+
+    python benchmarks/trainer_throughput.py [--zero-stage 0] [--groups 8] [--steps 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from schemas import Experience, ModelSpec
+from trainer.config import AlgorithmConfig, EngineConfig
+from trainer.engine import build_engine, setup_process
+from trainer.objectives import objectives
+from trainer.step import train_step
+
+
+def experiences(groups: int, size: int, prompt_len: int, response_len: int) -> list[Experience]:
+    out = []
+    for g in range(groups):
+        for i in range(size):
+            out.append(Experience(experience_id=f"g{g}/{i}", task_id=f"g{g}", group_id=f"g{g}", group_size=size,
+                                  sample_index=i, prompt_tokens=[5 + (g + t) % 60 for t in range(prompt_len)],
+                                  response_tokens=[5 + (i + t) % 60 for t in range(response_len)],
+                                  behaviour_logprobs=[-4.0] * response_len, advantages=[1.0 - 2 * (i % 2)] * response_len,
+                                  policy_version=0, finish_reason="stop"))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--zero-stage", type=int, default=0)
+    ap.add_argument("--groups", type=int, default=4)
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--prompt-len", type=int, default=32)
+    ap.add_argument("--response-len", type=int, default=96)
+    ap.add_argument("--steps", type=int, default=20)
+    args = ap.parse_args()
+    cfg = EngineConfig(zero_stage=args.zero_stage)
+    process = setup_process(cfg.master_port)
+    engine = build_engine(ModelSpec(), cfg, process)
+    rl = objectives.get("rl")(AlgorithmConfig())
+    batch = experiences(args.groups, args.group_size, args.prompt_len, args.response_len)
+    train_step(engine, rl, batch, None, process, pad_id=0, pad_to_multiple=8)  # warm-up
+    started = time.perf_counter()
+    tokens = sum(train_step(engine, rl, batch, None, process, pad_id=0, pad_to_multiple=8)["tokens"]
+                 for _ in range(args.steps))
+    seconds = time.perf_counter() - started
+    print(f"tiny model, ZeRO {args.zero_stage}, batch {len(batch)} x {args.prompt_len + args.response_len} tokens: "
+          f"{tokens / seconds:,.0f} training tokens/s ({seconds / args.steps * 1000:.0f} ms/step)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,35 @@
+"""`undertow train CONFIG`: the DeepSpeed trainer on `<namespace>.experiences.ready`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from pydantic import ValidationError
+
+from infra.cli_common import console, user_errors
+from infra.config import ConfigError, load_yaml, resolve_kafka, validation_message
+from trainer.config import TrainRunConfig
+
+
+def load_train_config(path: Path) -> TrainRunConfig:
+    """The namespace, kafka, model and trainer sections of a run config; the others are ignored."""
+    try:
+        return TrainRunConfig.model_validate(load_yaml(path))
+    except ValidationError as e:
+        raise ConfigError(validation_message(str(path), e)) from None
+
+
+def train(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="Run config (YAML)."),
+          max_steps: Optional[int] = typer.Option(None, help="Stop after this many optimizer steps in total."),
+          idle_timeout: Optional[float] = typer.Option(None, help="Stop after this many seconds without data."),
+          ) -> None:
+    """Train on ready experiences until SIGTERM / Ctrl-C (or a budget); checkpoint and publish on the way out."""
+    from trainer.runner import Budget, run
+
+    with user_errors():
+        cfg = load_train_config(config)
+        kafka = resolve_kafka(cfg.kafka)
+        state = run(cfg.model, cfg.trainer, kafka, cfg.namespace, Budget(max_steps, idle_timeout))
+        console.print(f"trainer stopped at step {state.step} (published version {state.published_version})")

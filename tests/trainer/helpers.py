@@ -1,0 +1,99 @@
+"""Shared by the trainer tests: experiences of the tiny model, configs, and topic readers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+import yaml
+from kafka import KafkaConsumer, TopicPartition
+
+from schemas import Experience, ModelSpec, Record, decode
+from schemas.logprobs import sequence_logprobs
+from schemas.model import build_model, build_tokenizer
+from streams import KafkaSettings, RecordProducer
+
+SPEC = ModelSpec()
+PYTHON = sys.executable
+PROMPT, GOOD, BAD = "2+2=", "4", "5"
+
+
+def behaviour_logprobs(prompt: list[int], response: list[int], model=None) -> list[float]:
+    model = model or build_model(SPEC)
+    ids = torch.tensor([prompt + response])
+    with torch.no_grad():
+        logp = sequence_logprobs(model, ids, torch.ones_like(ids))[0]
+    return logp[len(prompt) - 1:].tolist()
+
+
+def make_group(group_id: str, *, size: int = 4, version: int = 0, model=None) -> list[Experience]:
+    """Half the samples answer GOOD (advantage +1), half BAD (−1); behaviour log-probs of the v0 model."""
+    tok = build_tokenizer(SPEC)
+    prompt = tok(PROMPT)["input_ids"]
+    out = []
+    for i in range(size):
+        text, adv = (GOOD, 1.0) if i % 2 == 0 else (BAD, -1.0)
+        response = tok(text)["input_ids"] + [tok.eos_token_id]
+        out.append(Experience(experience_id=f"{group_id}/{i}", task_id=group_id, group_id=group_id,
+                              group_size=size, sample_index=i, prompt_text=PROMPT, prompt_tokens=prompt,
+                              response_text=text, response_tokens=response,
+                              behaviour_logprobs=behaviour_logprobs(prompt, response, model),
+                              reward=max(adv, 0.0), advantages=[adv] * len(response), policy_version=version,
+                              finish_reason="stop"))
+    return out
+
+
+def produce(kafka: KafkaSettings, topic: str, records: list[Record], key_of=lambda r: r.group_id) -> None:
+    with RecordProducer(kafka) as producer:
+        for r in records:
+            producer.send(topic, r, key=key_of(r))
+
+
+def read_all(kafka: KafkaSettings, topic: str, expect=None) -> list[Record]:
+    consumer = KafkaConsumer(**kafka.kafka_python(), enable_auto_commit=False, fetch_max_bytes=64 << 20,
+                             max_partition_fetch_bytes=32 << 20)
+    parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or []]
+    consumer.assign(parts)
+    consumer.seek_to_beginning(*parts)
+    ends = consumer.end_offsets(parts)
+    out = []
+    while any(consumer.position(tp) < ends[tp] for tp in parts):
+        for messages in consumer.poll(timeout_ms=1000).values():
+            out.extend(decode(m.value, expect=expect) for m in messages)
+    consumer.close()
+    return out
+
+
+def write_config(directory: Path, namespace: str, trainer: dict) -> Path:
+    cfg = {"namespace": namespace, "model": SPEC.model_dump(), "rollout": {"ignored": "by the trainer"},
+           "trainer": {"checkpoint_dir": str(directory / "ckpt"), **trainer}}
+    path = directory / "run.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def trainer_env(port: int) -> dict[str, str]:
+    # PYTHONFAULTHANDLER: a hung trainer killed with SIGABRT prints where every thread was.
+    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MASTER_PORT=str(port), PYTHONFAULTHANDLER="1")
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> str:
+    """Wait for the trainer; a hung one is aborted (tracebacks in its output) and fails the test."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        out, _ = proc.communicate(timeout=30)
+        raise AssertionError(f"trainer hung; its output:\n{out[-20000:]}") from None
+    assert proc.returncode == 0, out[-20000:]
+    return out
+
+
+def start_trainer(config: Path, *args: str, port: int = 29520) -> subprocess.Popen:
+    return subprocess.Popen([PYTHON, "-m", "infra.cli", "train", str(config), *args], env=trainer_env(port),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=Path(__file__).resolve().parents[2])

@@ -1,0 +1,126 @@
+"""Every policy loss, aggregation, KL estimator, SFT and DPO on small hand-worked tensors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from trainer.algorithms import PolicyInputs, aggregations, dpo_loss, entropy, kl_estimators, policy_losses
+from trainer.algorithms.sft import sft_token_loss
+
+
+def inputs(logp, behaviour, adv, mask=None, proximal=None):
+    t = lambda v: torch.tensor([v], dtype=torch.float64)
+    logp = t(logp).requires_grad_(True)
+    inp = PolicyInputs(mask=t(mask or [1.0] * len(adv)), advantages=t(adv), behaviour_logp=t(behaviour),
+                       proximal_logp=(t(proximal) if proximal else logp.detach()))
+    return inp, logp
+
+
+def loss_of(name, inp, logp, **kw):
+    out = policy_losses.get(name)(inp, logp, **kw)
+    return out, out.token_loss[0].tolist()
+
+
+def test_ppo_ratio_one_is_minus_advantage_and_mask_zeroes():
+    inp, logp = inputs([-1.0, -2.0, -3.0], [-1.0, -2.0, -3.0], [2.0, -1.0, 5.0], mask=[1, 1, 0])
+    out, tokens = loss_of("ppo_clip", inp, logp)
+    assert tokens == pytest.approx([-2.0, 1.0, 0.0])
+    assert out.metrics["clip_fraction"] == 0 and out.metrics["ratio_mean"] == pytest.approx(1.0)
+    aggregations.get("token_mean")(out.token_loss, inp.mask).backward()
+    assert logp.grad[0].tolist() == pytest.approx([-1.0, 0.5, 0.0])  # -A·r·m / 2 tokens
+
+
+def test_ppo_clips_positive_advantage_and_keeps_pessimistic_negative():
+    # ratio 1.5 on both tokens; eps 0.2: A=+1 -> min(1.5, 1.2) = 1.2; A=-1 -> min(-1.5, -1.2) = -1.5
+    inp, logp = inputs([math.log(1.5)] * 2, [0.0, 0.0], [1.0, -1.0])
+    out, tokens = loss_of("ppo_clip", inp, logp, eps=0.2)
+    assert tokens == pytest.approx([-1.2, 1.5])
+    assert out.metrics["clip_fraction"] == pytest.approx(0.5)
+    out.token_loss.sum().backward()
+    assert logp.grad[0, 0] == 0  # the clipped token gets no gradient
+    assert logp.grad[0, 1] == pytest.approx(1.5)  # -A · r
+
+
+def test_dual_clip_bounds_a_huge_ratio_with_negative_advantage():
+    inp, logp = inputs([math.log(5.0)], [0.0], [-1.0])
+    assert loss_of("ppo_clip", inp, logp)[1] == pytest.approx([5.0])
+    assert loss_of("ppo_clip", inp, logp, dual_clip=3.0)[1] == pytest.approx([3.0])  # min(5, c·|A|)
+
+
+def test_dapo_clip_higher_lets_ratio_rise_further():
+    inp, logp = inputs([math.log(1.25)], [0.0], [1.0])
+    assert loss_of("dapo", inp, logp, eps_low=0.2, eps_high=0.28)[1] == pytest.approx([-1.25])
+    assert loss_of("ppo_clip", inp, logp, eps=0.2)[1] == pytest.approx([-1.2])
+    inp, logp = inputs([math.log(0.7)], [0.0], [-1.0])  # the lower bound is ε_low: 0.8
+    assert loss_of("dapo", inp, logp, eps_low=0.2, eps_high=0.28)[1] == pytest.approx([0.8])
+
+
+def test_gspo_uses_the_length_normalised_sequence_ratio():
+    # log-ratios 0.1 and 0.3 -> s = exp(0.2) = 1.2214 on every token
+    inp, logp = inputs([0.1 - 1, 0.3 - 1], [-1.0, -1.0], [-1.0, -1.0])
+    out, tokens = loss_of("gspo", inp, logp)
+    assert tokens == pytest.approx([math.exp(0.2)] * 2)  # A<0: min(-s, -clip(s)) = -s
+    assert out.metrics["ratio_mean"] == pytest.approx(math.exp(0.2))
+    inp, logp = inputs([0.1 - 1, 0.3 - 1], [-1.0, -1.0], [1.0, 1.0])
+    assert loss_of("gspo", inp, logp, eps_low=3e-4, eps_high=4e-4)[1] == pytest.approx([-1.0004] * 2)
+
+
+def test_cispo_clips_the_weight_but_keeps_the_gradient():
+    inp, logp = inputs([math.log(1.5)], [0.0], [1.0])
+    out, tokens = loss_of("cispo", inp, logp, eps_high=0.28)
+    assert tokens == pytest.approx([-1.28 * math.log(1.5)])
+    out.token_loss.sum().backward()
+    assert logp.grad[0, 0] == pytest.approx(-1.28)  # PPO would give 0 here
+    assert out.metrics["clip_fraction"] == 1.0
+
+
+def test_reinforce_and_truncated_is_weights():
+    inp, logp = inputs([-1.0], [-1.5], [2.0])  # w = e^0.5 = 1.6487
+    assert loss_of("reinforce", inp, logp)[1] == pytest.approx([-math.exp(0.5) * 2 * -1.0])
+    assert loss_of("truncated_is", inp, logp, cap=1.5)[1] == pytest.approx([-1.5 * 2 * -1.0])
+    assert loss_of("truncated_is", inp, logp, cap=2.0)[1] == pytest.approx([math.exp(0.5) * 2])
+
+
+def test_decoupled_ppo_weights_by_proximal_over_behaviour():
+    inp, logp = inputs([-1.0], [-1.5], [2.0])  # proximal = current: r = 1, w = e^0.5
+    out, tokens = loss_of("decoupled_ppo", inp, logp)
+    assert tokens == pytest.approx([-math.exp(0.5) * 2])
+    assert loss_of("decoupled_ppo", inp, logp, max_behaviour_weight=1.2)[1] == pytest.approx([-2.4])
+    # trust region around the proximal policy: r = 1.5 clips at 1.2, weighted by w = 1 / 1.5
+    inp, logp = inputs([math.log(1.5)], [math.log(1.5)], [1.0], proximal=[0.0])
+    assert loss_of("decoupled_ppo", inp, logp)[1] == pytest.approx([-1.2 / 1.5])
+
+
+def test_aggregations():
+    loss = torch.tensor([[1.0, 2.0, 0.0], [3.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    agg = lambda name, **kw: aggregations.get(name)(loss, mask, **kw).item()
+    assert agg("token_mean") == pytest.approx(6 / 3)
+    assert agg("seq_mean_token_sum") == pytest.approx((3 + 3) / 2)
+    assert agg("seq_mean_token_mean") == pytest.approx((1.5 + 3) / 2)
+    assert agg("dr_grpo", max_tokens=4) == pytest.approx(6 / (2 * 4))
+
+
+def test_kl_estimators_and_entropy():
+    logp, ref = torch.tensor([math.log(0.5)]), torch.tensor([math.log(0.25)])  # log r = −log 2
+    assert kl_estimators.get("k1")(logp, ref).item() == pytest.approx(math.log(2))
+    assert kl_estimators.get("k2")(logp, ref).item() == pytest.approx(0.5 * math.log(2) ** 2)
+    assert kl_estimators.get("k3")(logp, ref).item() == pytest.approx(0.5 - 1 + math.log(2))
+    assert kl_estimators.get("k3")(logp, logp).item() == 0.0
+    assert entropy(torch.zeros(1, 1, 4)).item() == pytest.approx(math.log(4))
+
+
+def test_sft_is_masked_nll():
+    logp, mask = torch.tensor([[-1.0, -2.0, -3.0]]), torch.tensor([[1.0, 0.0, 1.0]])
+    assert aggregations.get("token_mean")(sft_token_loss(logp, mask), mask).item() == pytest.approx(2.0)
+
+
+def test_dpo_matches_its_closed_form():
+    t = lambda v: torch.tensor([v])
+    out = dpo_loss(t(-1.0), t(-3.0), t(-2.0), t(-2.0), beta=0.5)  # margin 2, h = 1
+    assert out.loss.item() == pytest.approx(math.log(1 + math.exp(-1)))
+    assert out.reward_margin == pytest.approx(2.0) and out.accuracy == 1.0
+    assert dpo_loss(t(-2.0), t(-2.0), t(-2.0), t(-2.0)).loss.item() == pytest.approx(math.log(2))

@@ -1,0 +1,73 @@
+"""Objectives on the tiny model without DeepSpeed: tensor alignment, RL at ratio 1, SFT, DPO, config errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from schemas import PreferencePair
+from schemas.logprobs import sequence_logprobs
+from schemas.model import build_model
+from trainer.batch import pack_sequences
+from trainer.config import AlgorithmConfig, TrainRunConfig
+from trainer.objectives import objectives
+
+from .helpers import SPEC, make_group
+
+
+def test_response_tokens_land_where_sequence_logprobs_predicts_them():
+    b = pack_sequences([[5, 6, 7], [8]], [[9, 10], [11, 12, 13]], pad_id=0, pad_to_multiple=8,
+                       advantages=[[1.0, 2.0], [3.0, 4.0, 5.0]], masks=[[1, 1], [1, 0, 1]])
+    assert b.input_ids.shape == (2, 8) and b.tokens == 9
+    assert b.input_ids[0, :5].tolist() == [5, 6, 7, 9, 10] and b.attention_mask[0].tolist() == [1] * 5 + [0] * 3
+    assert b.mask[0].tolist() == [0, 0, 1, 1, 0, 0, 0] and b.advantages[0, 2:4].tolist() == [1.0, 2.0]
+    assert b.mask[1].tolist() == [1, 0, 1, 0, 0, 0, 0]  # column t predicts token t+1: 11 at 0, 13 at 2
+
+
+def test_rl_on_policy_loss_is_minus_mean_advantage():
+    model = build_model(SPEC)
+    records = make_group("g")  # behaviour log-probs of this very model: ratio 1
+    rl = objectives.get("rl")(AlgorithmConfig())
+    out = rl.loss(model, rl.collate(records, pad_id=0, pad_to_multiple=8))
+    # token_mean of -A: two samples at +1, two at -1, same lengths
+    assert out.metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert out.loss.item() == pytest.approx(0.0, abs=1e-5) and out.metrics["entropy"] > 0
+
+
+def test_rl_with_kl_to_itself_adds_nothing_and_sft_is_nll():
+    model = build_model(SPEC)
+    records = make_group("g")
+    algo = AlgorithmConfig(kl={"coef": 0.5, "estimator": "k3"})
+    out = objectives.get("rl")(algo).loss(model, objectives.get("rl")(algo).collate(records, pad_id=0, pad_to_multiple=8), model)
+    assert out.metrics["kl"] == pytest.approx(0.0, abs=1e-6)
+    sft = objectives.get("sft")(AlgorithmConfig(objective="sft"))
+    nll = -sum(sum(r.behaviour_logprobs) for r in records) / sum(len(r.response_tokens) for r in records)
+    assert sft.loss(model, sft.collate(records, pad_id=0, pad_to_multiple=8)).loss.item() == pytest.approx(nll, rel=1e-5)
+
+
+def test_dpo_with_the_policy_as_reference_is_log_two():
+    model = build_model(SPEC)
+    good, bad = make_group("g")[:2]
+    pair = PreferencePair(pair_id="p", task_id="t", prompt_tokens=good.prompt_tokens,
+                          chosen_tokens=good.response_tokens, rejected_tokens=bad.response_tokens)
+    dpo = objectives.get("dpo")(AlgorithmConfig(objective="dpo"))
+    assert dpo.loss(model, dpo.collate([pair], pad_id=0, pad_to_multiple=8), model).loss.item() == \
+        pytest.approx(torch.log(torch.tensor(2.0)).item(), abs=1e-6)
+    given = pair.model_copy(update={"chosen_ref_logprob": sum(good.behaviour_logprobs) - 2.0,
+                                    "rejected_ref_logprob": sum(bad.behaviour_logprobs)})
+    out = dpo.loss(model, dpo.collate([given], pad_id=0, pad_to_multiple=8))  # margin 2, β 0.1
+    assert out.loss.item() == pytest.approx(-torch.nn.functional.logsigmoid(torch.tensor(0.2)).item(), abs=1e-5)
+
+
+def test_bad_config_names_the_field():
+    with pytest.raises(ValidationError) as e:
+        TrainRunConfig.model_validate({"trainer": {"algorithm": {"policy_loss": "ppo_clipp"}}})
+    assert "trainer.algorithm.policy_loss" in str(e.value) and "ppo_clip" in str(e.value)
+    with pytest.raises(ValidationError, match="eps_hi"):
+        TrainRunConfig.model_validate({"trainer": {"algorithm": {"policy_loss": {"name": "dapo", "eps_hi": 1}}}})
+    with pytest.raises(ValidationError, match="offload_optimizer"):
+        TrainRunConfig.model_validate({"trainer": {"engine": {"offload_optimizer": True}}})
+    with pytest.raises(ValidationError, match="chunk_bytes"):
+        TrainRunConfig.model_validate({"trainer": {"chunk_bytes": 9 << 20}})
+    assert TrainRunConfig.model_validate({"feeder": {"x": 1}, "trainer": {}}).trainer.sync_every == 1

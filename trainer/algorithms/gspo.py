@@ -1,0 +1,26 @@
+"""GSPO: Group Sequence Policy Optimization (Zheng et al. 2025), sequence-level importance ratio.
+
+    s_i = exp( mean_t log(π_θ(y_t) / π_behaviour(y_t)) )          (eq. 7, length-normalised)
+    GSPO-token (eq. 13): s_i,t = sg[s_i] · π_θ(y_t) / sg[π_θ(y_t)]  — same value and gradient
+    L_i,t = -min(s_i,t A_i, clip(s_i,t, 1 - ε_low, 1 + ε_high) A_i)
+The paper's ranges are tiny (ε_low = 3e-4, ε_high = 4e-4); pair it with seq_mean_token_mean.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import LossOut, PolicyInputs, policy_losses, ratio_metrics
+
+
+@policy_losses.register("gspo")
+def gspo(inp: PolicyInputs, logp: torch.Tensor, *, eps_low: float = 3e-4, eps_high: float = 4e-4) -> LossOut:
+    mask = inp.mask  # [B, T]
+    lengths = mask.sum(-1).clamp(min=1)  # [B]
+    log_s = ((logp - inp.behaviour_logp) * mask).sum(-1) / lengths  # [B]
+    s_token = torch.exp(log_s.detach()[:, None] + logp - logp.detach())  # [B, T], value s_i everywhere
+    adv = inp.advantages  # [B, T]
+    unclipped = s_token * adv
+    clipped = s_token.clamp(1 - eps_low, 1 + eps_high) * adv
+    loss = -torch.minimum(unclipped, clipped) * mask  # [B, T]
+    return LossOut(loss, ratio_metrics(s_token, mask, clipped < unclipped))

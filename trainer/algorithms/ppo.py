@@ -1,0 +1,41 @@
+"""PPO clipped surrogate (Schulman et al. 2017), its dual clip (Ye et al. 2020, "Mastering Complex
+Control in MOBA Games with Deep RL", eq. 5) and DAPO's clip-higher (Yu et al. 2025, eq. 10).
+
+    r_t = π_θ(y_t) / π_behaviour(y_t)
+    L_t = -min(r_t A_t, clip(r_t, 1 - ε_low, 1 + ε_high) A_t)
+    dual clip, for A_t < 0:  L_t = min(L_t, -c A_t)   (bounds the loss of a huge ratio, c > 1)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import LossOut, PolicyInputs, policy_losses, ratio_metrics
+
+
+def clipped_surrogate(inp: PolicyInputs, logp: torch.Tensor, eps_low: float, eps_high: float,
+                      dual_clip: float | None) -> LossOut:
+    ratio = torch.exp(logp - inp.behaviour_logp)  # [B, T]
+    adv = inp.advantages  # [B, T]
+    unclipped = ratio * adv
+    clipped = ratio.clamp(1 - eps_low, 1 + eps_high) * adv
+    loss = -torch.minimum(unclipped, clipped)  # [B, T]
+    bit = clipped < unclipped  # the clipped branch was taken
+    if dual_clip is not None:
+        if dual_clip <= 1:
+            raise ValueError(f"dual_clip: expected a constant > 1, got {dual_clip}")
+        loss = torch.where(adv < 0, torch.minimum(loss, -dual_clip * adv), loss)
+    return LossOut(loss * inp.mask, ratio_metrics(ratio, inp.mask, bit))
+
+
+@policy_losses.register("ppo_clip")
+def ppo_clip(inp: PolicyInputs, logp: torch.Tensor, *, eps: float = 0.2, dual_clip: float | None = None) -> LossOut:
+    """PPO's symmetric clip; `dual_clip` (e.g. 3.0) adds the lower bound for negative advantages."""
+    return clipped_surrogate(inp, logp, eps, eps, dual_clip)
+
+
+@policy_losses.register("dapo")
+def dapo(inp: PolicyInputs, logp: torch.Tensor, *, eps_low: float = 0.2, eps_high: float = 0.28,
+         dual_clip: float | None = None) -> LossOut:
+    """DAPO clip-higher: a wider upper bound lets low-probability tokens rise (against entropy collapse)."""
+    return clipped_surrogate(inp, logp, eps_low, eps_high, dual_clip)

@@ -1,0 +1,30 @@
+"""REINFORCE (Williams 1992) made off-policy with an importance weight, plain or truncated.
+
+    w_t = π_θ(y_t) / π_behaviour(y_t)            (no gradient through w)
+    reinforce:     L_t = -w_t A_t log π_θ(y_t)
+    truncated_is:  L_t = -min(w_t, c) A_t log π_θ(y_t)
+Truncation bounds the variance a stale sample can add: IMPALA's ρ̄ (Espeholt et al. 2018, eq. 1) and
+TIS for engine/trainer mismatch (Yao et al. 2025, "Your efficient RL framework secretly brings you
+off-policy RL training").
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import LossOut, PolicyInputs, policy_losses, ratio_metrics
+
+
+@policy_losses.register("reinforce")
+def reinforce(inp: PolicyInputs, logp: torch.Tensor) -> LossOut:
+    weight = torch.exp(logp.detach() - inp.behaviour_logp)  # [B, T]
+    loss = -weight * inp.advantages * logp * inp.mask  # [B, T]
+    return LossOut(loss, ratio_metrics(weight, inp.mask, torch.zeros_like(weight, dtype=torch.bool)))
+
+
+@policy_losses.register("truncated_is")
+def truncated_is(inp: PolicyInputs, logp: torch.Tensor, *, cap: float = 2.0) -> LossOut:
+    ratio = torch.exp(logp.detach() - inp.behaviour_logp)  # [B, T]
+    weight = ratio.clamp(max=cap)  # [B, T]
+    loss = -weight * inp.advantages * logp * inp.mask  # [B, T]
+    return LossOut(loss, ratio_metrics(ratio, inp.mask, ratio > cap))

@@ -1,0 +1,106 @@
+"""Checkpoints: the DeepSpeed state, an HF export, and what the trainer needs to resume exactly.
+
+Layout under the run's directory:
+    step-00000012/            DeepSpeed checkpoint (tag), with hf/ (save_pretrained) and trainer_state.json
+    LATEST                    the tag of the newest complete checkpoint (written last, atomically)
+    ledger.jsonl              per step: which record ids it trained on (an audit trail; cut back on resume)
+A crash mid-save leaves LATEST at the previous complete checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .engine import export_pretrained
+from .intake import Partition
+
+LATEST = "LATEST"
+STATE = "trainer_state.json"
+LEDGER = "ledger.jsonl"
+
+
+class PartitionOffset(BaseModel):
+    topic: str
+    partition: int
+    offset: int
+
+
+class TrainerState(BaseModel):
+    """Everything beyond the weights and optimizer that a restart needs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int = Field(0, description="optimizer steps taken = the policy version of the weights")
+    offsets: list[PartitionOffset] = Field(default_factory=list, description="next offset to read per partition")
+    trained_ids: list[str] = Field(default_factory=list, description="recently trained record ids, oldest first")
+    published_version: int | None = Field(None, description="last version sent to the weights topic")
+
+    def offset_map(self) -> dict[Partition, int]:
+        return {(o.topic, o.partition): o.offset for o in self.offsets}
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def save_checkpoint(engine: Any, root: Path, state: TrainerState, *, leader: bool, keep: int) -> str:
+    """Every rank calls this; rank 0 writes the trainer state and moves LATEST last."""
+    import torch.distributed as dist
+
+    tag = f"step-{state.step:08d}"
+    engine.save_checkpoint(str(root), tag=tag, save_latest=False)
+    export_pretrained(engine, root / tag / "hf")
+    if leader:
+        _atomic_write(root / tag / STATE, state.model_dump_json())
+        _atomic_write(root / LATEST, tag)
+        _prune(root, keep)
+    dist.barrier()
+    return tag
+
+
+def load_checkpoint(engine: Any, root: Path) -> TrainerState | None:
+    """Restore the newest complete checkpoint into `engine`; None when there is none."""
+    if not (root / LATEST).exists():
+        return None
+    tag = (root / LATEST).read_text().strip()
+    loaded, _ = engine.load_checkpoint(str(root), tag=tag, load_optimizer_states=True,
+                                       load_lr_scheduler_states=True)
+    if loaded is None:
+        raise RuntimeError(f"checkpoint {root / tag}: DeepSpeed could not load it")
+    return TrainerState.model_validate_json((root / tag / STATE).read_text())
+
+
+def _prune(root: Path, keep: int) -> None:
+    tags = sorted(p for p in root.glob("step-*") if p.is_dir())
+    for old in tags[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+class Ledger:
+    """Append-only record of which ids each step trained on; resume cuts it back to the checkpoint."""
+
+    def __init__(self, root: Path):
+        self.path = root / LEDGER
+
+    def rewind(self, step: int) -> None:
+        if not self.path.exists():
+            return
+        kept = [line for line in self.path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
+        _atomic_write(self.path, "".join(line + "\n" for line in kept))
+
+    def append(self, step: int, ids: list[str]) -> None:
+        with self.path.open("a") as f:
+            f.write(json.dumps({"step": step, "ids": ids}) + "\n")
+
+    def entries(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line]

@@ -1,0 +1,123 @@
+"""The `trainer:` section of a run config (plus the shared namespace / kafka / model sections)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from schemas import ModelSpec
+from schemas.registry import RegistryError
+from streams import KafkaSettings
+
+from .algorithms import aggregations, kl_estimators, policy_losses
+
+Entry = str | dict[str, Any]  # a registry entry: `name` or {name: …, **kwargs}
+MAX_CHUNK_BYTES = 8 << 20
+
+
+def _checked(registry, entry: Entry) -> Entry:
+    try:
+        registry.resolve(entry)
+    except RegistryError as e:
+        raise ValueError(str(e)) from None
+    return entry
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EngineConfig(_Section):
+    """The DeepSpeed engine: ZeRO stage, precision, optimizer."""
+
+    zero_stage: Literal[0, 1, 2, 3] = Field(0, description="ZeRO stage: 0 none, 1 optimizer, 2 +grads, 3 +params")
+    precision: Literal["fp32", "bf16"] = Field("fp32", description="training precision")
+    optimizer: Literal["adamw", "cpu_adam"] = Field(
+        "adamw", description="torch AdamW (no compile), or DeepSpeedCPUAdam (compiles once; pair with offload)")
+    offload_optimizer: bool = Field(False, description="keep optimizer states on the CPU (ZeRO >= 1)")
+    lr: float = Field(1e-4, gt=0, description="learning rate")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    betas: tuple[float, float] = Field((0.9, 0.999), description="Adam betas")
+    grad_clip: float = Field(1.0, ge=0, description="max gradient norm (0: no clipping)")
+    seed: int = Field(0, description="seed of torch and of the priority sampler")
+    master_port: int = Field(29500, ge=1024, le=65535, description="rendezvous port for a single-process run")
+
+    @model_validator(mode="after")
+    def _offload_needs_zero(self) -> "EngineConfig":
+        if self.offload_optimizer and self.zero_stage == 0:
+            raise ValueError("offload_optimizer: needs zero_stage >= 1")
+        return self
+
+
+class BatchingConfig(_Section):
+    """How experiences become batches, and which ones are refused."""
+
+    experiences: int | None = Field(8, ge=1, description="experiences per step (whole groups; None: token_budget)")
+    token_budget: int | None = Field(None, ge=1, description="prompt+response tokens per step (whole groups)")
+    pad_to_multiple: int = Field(8, ge=1, description="pad sequence length up to a multiple of this")
+    max_staleness: int = Field(4, ge=0, description="refuse experiences more than this many steps old (0: on-policy)")
+    group_timeout_s: float = Field(30.0, gt=0, description="release an incomplete prompt group after this long")
+    window_groups: int = Field(64, ge=1, description="complete groups held in memory (bounded; backpressure)")
+    prioritized: bool = Field(False, description="sample groups by priority from the window instead of FIFO")
+    max_trained_ids: int = Field(100_000, ge=1, description="trained experience ids remembered for idempotence")
+    max_wait_s: float = Field(5.0, ge=0, description="train on a partial batch once no data came for this long")
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> "BatchingConfig":
+        if (self.experiences is None) == (self.token_budget is None):
+            raise ValueError("experiences / token_budget: set exactly one of them")
+        return self
+
+
+class KLConfig(_Section):
+    """KL to a frozen reference model."""
+
+    estimator: Entry = Field("k3", description="k1, k2, k3 or a dotted path")
+    coef: float = Field(0.0, ge=0, description="β; 0 disables the KL term and the reference model")
+    placement: Literal["loss", "reward"] = Field("loss", description="add β·KL to the loss, or subtract it from advantages")
+
+    _check = field_validator("estimator")(lambda cls, v: _checked(kl_estimators, v))
+
+
+class AlgorithmConfig(_Section):
+    """What is optimised."""
+
+    objective: Literal["rl", "sft", "dpo"] = Field("rl", description="RL on experiences, SFT on experiences, DPO on pairs")
+    policy_loss: Entry = Field("ppo_clip", description="ppo_clip, dapo, gspo, cispo, reinforce, truncated_is, decoupled_ppo")
+    aggregation: Entry = Field("token_mean", description="token_mean, seq_mean_token_sum, seq_mean_token_mean, dr_grpo")
+    kl: KLConfig = Field(default_factory=KLConfig, description="KL to the reference model")
+    entropy_coef: float = Field(0.0, description="entropy bonus weight (loss −= coef · entropy)")
+    dpo_beta: float = Field(0.1, gt=0, description="DPO's β")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of the rollout engine (log-probs use it)")
+
+    _check_loss = field_validator("policy_loss")(lambda cls, v: _checked(policy_losses, v))
+    _check_agg = field_validator("aggregation")(lambda cls, v: _checked(aggregations, v))
+
+
+class TrainerConfig(_Section):
+    """The `trainer:` section."""
+
+    engine: EngineConfig = Field(default_factory=EngineConfig, description="DeepSpeed engine")
+    batching: BatchingConfig = Field(default_factory=BatchingConfig, description="batching and admission")
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="losses")
+    sync_every: int = Field(1, ge=1, description="publish weights every this many steps (and at the end)")
+    chunk_bytes: int = Field(4 << 20, ge=1024, le=MAX_CHUNK_BYTES, description="inline weight chunk size")
+    weights_dir: str | None = Field(None, description="shared storage for weights sent by URI (None: always inline)")
+    uri_above_bytes: int = Field(256 << 20, ge=0, description="send weights larger than this by URI when weights_dir is set")
+    checkpoint_dir: str = Field("~/.undertow/trainer", description="checkpoints go to <checkpoint_dir>/<namespace>")
+    checkpoint_every: int = Field(50, ge=1, description="checkpoint every this many steps (and on shutdown)")
+    keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept on disk")
+    consumer_group: str = Field("undertow-trainer", description="Kafka consumer group (offset commits)")
+    poll_timeout_ms: int = Field(200, ge=1, description="longest wait for data per poll")
+
+
+class TrainRunConfig(BaseModel):
+    """What `undertow train` reads from a run config; other stages' sections are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    namespace: str = Field("undertow", description="topic namespace")
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="how to reach the brokers")
+    model: ModelSpec = Field(default_factory=ModelSpec, description="the policy model")
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="this stage's settings")

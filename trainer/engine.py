@@ -1,0 +1,125 @@
+"""The DeepSpeed engine around the policy: process setup, ZeRO config, optimizer, weight gathering.
+
+On CPU it uses the gloo backend; a single process gets the rendezvous variables DeepSpeed needs
+(without LOCAL_RANK it asserts, without MASTER_ADDR it looks for mpi4py). Under torchrun they are
+already set, and so is the world size. On a GPU the same code uses NCCL.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from schemas import ModelSpec
+from schemas.model import build_model, weights_to_bytes
+
+from .config import EngineConfig
+
+
+@dataclass
+class Process:
+    """This process's place in the training job."""
+
+    rank: int
+    world_size: int
+    device: torch.device
+
+    @property
+    def is_leader(self) -> bool:
+        return self.rank == 0
+
+
+def setup_process(master_port: int = 29500) -> Process:
+    """Environment defaults, then `deepspeed.init_distributed` (idempotent)."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "undertow" / "torch_extensions"))
+    gpu = torch.cuda.is_available()
+    if not gpu:
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    for name, value in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(master_port)), ("RANK", "0"),
+                        ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
+        os.environ.setdefault(name, value)
+    import deepspeed
+
+    deepspeed.init_distributed(dist_backend="nccl" if gpu else "gloo")
+    local = int(os.environ["LOCAL_RANK"])
+    device = torch.device("cuda", local) if gpu else torch.device("cpu")
+    if gpu:
+        torch.cuda.set_device(device)
+    return Process(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), device)
+
+
+def deepspeed_config(cfg: EngineConfig, world_size: int) -> dict[str, Any]:
+    """One optimizer step per `engine.step()`: each rank backpropagates its shard of the batch once."""
+    zero: dict[str, Any] = {"stage": cfg.zero_stage}
+    if cfg.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu"}
+    return {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+            "train_batch_size": world_size, "gradient_clipping": cfg.grad_clip,
+            "bf16": {"enabled": cfg.precision == "bf16"}, "zero_optimization": zero,
+            "steps_per_print": 1 << 30, "wall_clock_breakdown": False}
+
+
+def build_optimizer(cfg: EngineConfig, params: Any) -> torch.optim.Optimizer:
+    kw = dict(lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    optimizers = {"adamw": lambda: torch.optim.AdamW(params, **kw), "cpu_adam": lambda: _cpu_adam(params, kw)}
+    return optimizers[cfg.optimizer]()
+
+
+def _cpu_adam(params: Any, kw: dict[str, Any]) -> torch.optim.Optimizer:
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+    return DeepSpeedCPUAdam(params, adamw_mode=True, **kw)
+
+
+def build_engine(spec: ModelSpec, cfg: EngineConfig, process: Process) -> Any:
+    """The policy from `spec` wrapped in a DeepSpeed engine, in train mode."""
+    import deepspeed
+
+    torch.manual_seed(cfg.seed)
+    model = build_model(spec).to(process.device).train()
+    optimizer = build_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer,
+                                      config=deepspeed_config(cfg, process.world_size))
+    return engine
+
+
+def build_reference(spec: ModelSpec, process: Process) -> Any:
+    """The frozen initial policy, for KL and DPO."""
+    model = build_model(spec).to(process.device).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    return model
+
+
+def gathered_weights(engine: Any) -> bytes | None:
+    """The full weights as safetensors bytes on rank 0 (None elsewhere); every rank must call it.
+
+    Under ZeRO-3 each rank holds a slice of every parameter: gather them first.
+    """
+    import deepspeed
+    import torch.distributed as dist
+
+    module = engine.module
+    leader = dist.get_rank() == 0
+    if engine.zero_optimization_stage() == 3:
+        with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
+            return weights_to_bytes(module) if leader else None
+    return weights_to_bytes(module) if leader else None
+
+
+def export_pretrained(engine: Any, directory: Path) -> None:
+    """An HF `save_pretrained` copy of the current weights (rank 0 writes; every rank must call it)."""
+    import deepspeed
+    import torch.distributed as dist
+
+    module = engine.module
+    gather = engine.zero_optimization_stage() == 3
+    params = list(module.parameters()) if gather else []
+    with deepspeed.zero.GatheredParameters(params, modifier_rank=None, enabled=gather):
+        if dist.get_rank() == 0:
+            module.save_pretrained(directory, safe_serialization=True)

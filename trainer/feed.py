@@ -1,0 +1,137 @@
+"""Rank 0's thin Kafka side: read `experiences.ready`, admit, assemble groups, hand out batches, commit.
+
+Partitions are assigned manually (the trainer is one logical consumer) and start at the
+checkpoint's offsets, else the group's committed ones, else the beginning.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from kafka import TopicPartition
+
+from schemas import Experience, Record, encode
+from streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
+
+from .config import BatchingConfig
+from .intake import GroupAssembler, Item, OffsetTracker, TrainedIds, check_experience
+from .sampling import Window
+
+STAGE = "trainer"
+
+
+@dataclass
+class FeedCounts:
+    """What happened to delivered records since the last step."""
+
+    rejected: int = 0
+    stale: int = 0
+    duplicates: int = 0
+
+
+class Feed:
+    def __init__(self, settings: KafkaSettings, topics: Topics, cfg: BatchingConfig, *, group_id: str,
+                 record_type: type[Record], checks_staleness: bool, producer: RecordProducer,
+                 start: dict[tuple[str, int], int], trained_ids: list[str], seed: int = 0):
+        self.cfg, self.topics, self.producer = cfg, topics, producer
+        self.checks_staleness = checks_staleness
+        self.consumer = RecordConsumer(settings, [], group_id=group_id, expect=record_type,
+                                       rejected_topic=topics.rejected, producer=producer, stage=STAGE)
+        self.trained = TrainedIds(cfg.max_trained_ids, trained_ids)
+        self.assembler = GroupAssembler(cfg.group_timeout_s)
+        self.window = Window(cfg.window_groups, cfg.prioritized, seed)
+        self.counts = FeedCounts()
+        self.offsets = OffsetTracker(self._assign(start))
+        self.last_arrival = time.monotonic()
+
+    def _assign(self, start: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        kafka = self.consumer.kafka
+        parts = [TopicPartition(self.topics.ready, p) for p in sorted(kafka.partitions_for_topic(self.topics.ready) or [])]
+        if not parts:
+            raise RuntimeError(f"topic {self.topics.ready} not found: run `undertow topics create`")
+        kafka.assign(parts)
+        positions = {}
+        for tp in parts:
+            offset = start.get((tp.topic, tp.partition))
+            if offset is None:
+                offset = kafka.committed(tp)
+            if offset is None:
+                kafka.seek_to_beginning(tp)
+                offset = kafka.position(tp)
+            kafka.seek(tp, offset)
+            positions[(tp.topic, tp.partition)] = offset
+        return positions
+
+    def fill(self, version: int, timeout_ms: int) -> int:
+        """Poll once (unless the window is full) and admit what came; returns records delivered."""
+        now = time.monotonic()
+        for group in self.assembler.expired(now):
+            self.window.put(group)
+        if self.window.full:
+            time.sleep(timeout_ms / 1000)
+            return 0
+        deliveries = self.consumer.poll(timeout_ms=timeout_ms)
+        for d in deliveries:
+            self._admit(Item(d.record, (d.topic, d.partition), d.offset), version, now)
+        if deliveries:
+            self.last_arrival = now
+        return len(deliveries)
+
+    def _admit(self, item: Item, version: int, now: float) -> None:
+        if item.record_id in self.trained or self.assembler.duplicate_of_open(item):
+            self.counts.duplicates += 1
+            self.offsets.seen(item.partition, item.offset, held=False)
+            return
+        if isinstance(item.record, Experience) and self.checks_staleness:
+            verdict = check_experience(item.record, version, self.cfg.max_staleness)
+            if verdict.reason:
+                self.offsets.seen(item.partition, item.offset, held=False)
+                self._reject(item, verdict.reason, verdict.detail)
+                return
+        self.offsets.seen(item.partition, item.offset, held=True)
+        group = self.assembler.add(item, now)
+        if group is not None:
+            self.window.put(group)
+
+    def _reject(self, item: Item, reason: str, detail: str) -> None:
+        self.counts.rejected += 1
+        self.counts.stale += reason == "stale"
+        topic, partition = item.partition
+        self.producer.reject(self.topics.rejected, stage=STAGE, reason=reason, detail=detail,
+                             original=encode(item.record), key=item.record_id.encode(), source_topic=topic,
+                             partition=partition, offset=item.offset, record_id=item.record_id)
+
+    def drop_stale(self, version: int) -> None:
+        """Groups that aged past max_staleness while waiting in the window go to the rejected topic."""
+        if not self.checks_staleness:
+            return
+        too_old = lambda g: any(version - i.record.policy_version > self.cfg.max_staleness for i in g.items)
+        for group in self.window.remove(lambda g: not too_old(g)):
+            for item in group.items:
+                verdict = check_experience(item.record, version, self.cfg.max_staleness)
+                self._reject(item, verdict.reason or "stale", verdict.detail or "aged in the window")
+                self.offsets.done(item.partition, item.offset)
+
+    def next_batch(self, version: int, max_wait_s: float) -> list[Item] | None:
+        """A full batch when one is ready; a partial one when data stopped coming for max_wait_s."""
+        self.drop_stale(version)
+        waited = time.monotonic() - self.last_arrival >= max_wait_s
+        if not len(self.window) or not (self.window.ready(self.cfg.experiences, self.cfg.token_budget) or waited):
+            return None
+        groups = self.window.take(self.cfg.experiences, self.cfg.token_budget)
+        return [item for g in groups for item in g.items]
+
+    def trained_on(self, items: list[Item]) -> None:
+        self.trained.update(i.record_id for i in items)
+        for i in items:
+            self.offsets.done(i.partition, i.offset)
+
+    def commit(self) -> dict[tuple[str, int], int]:
+        """Commit what is safe (see intake.OffsetTracker); call after the step and checkpoint covering it."""
+        offsets = self.offsets.committable()
+        self.consumer.commit({TopicPartition(t, p): o for (t, p), o in offsets.items()})
+        return offsets
+
+    def close(self) -> None:
+        self.consumer.close()

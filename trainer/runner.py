@@ -1,0 +1,175 @@
+"""`undertow train`: the training loop. Rank 0 reads Kafka and decides; every rank trains its shard.
+
+Per step: rank 0 forms a batch (whole groups), broadcasts it, every rank backpropagates its shard,
+DeepSpeed averages gradients and steps. Then, as rank 0 decided: publish weights (every sync_every
+steps), checkpoint (every checkpoint_every steps) and, only after the checkpoint is on disk, commit
+offsets to Kafka. On SIGTERM/SIGINT or a budget: publish, checkpoint and commit once more, then stop.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from schemas import MetricEvent, ModelSpec
+from schemas.model import build_tokenizer
+from streams import KafkaSettings, RecordProducer, Topics
+
+from .checkpoint import Ledger, PartitionOffset, TrainerState, load_checkpoint, save_checkpoint
+from .config import TrainerConfig
+from .engine import Process, build_engine, build_reference, gathered_weights, setup_process
+from .feed import Feed
+from .objectives import objectives
+from .publish import publish_weights, weight_updates
+from .relay import Command, broadcast
+from .step import train_step
+
+COMPONENT = "trainer"
+
+
+@dataclass
+class Budget:
+    """When to stop besides a signal: after `max_steps`, or after `idle_timeout_s` without data."""
+
+    max_steps: int | None = None
+    idle_timeout_s: float | None = None
+
+
+@dataclass
+class StopFlag:
+    """Set by SIGTERM / SIGINT; the loop finishes its step, then shuts down cleanly."""
+
+    requested: bool = False
+    signals: list[int] = field(default_factory=list)
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        self.requested = True
+        self.signals.append(signum)
+
+
+class Leader:
+    """Rank 0's duties: the feed, the producer, metrics, weight publishing and offset commits."""
+
+    def __init__(self, spec: ModelSpec, cfg: TrainerConfig, kafka: KafkaSettings, topics: Topics,
+                 state: TrainerState, objective: Any, root: Path):
+        self.spec, self.cfg, self.topics, self.state = spec, cfg, topics, state
+        self.producer = RecordProducer(kafka)
+        self.feed = Feed(kafka, topics, cfg.batching, group_id=cfg.consumer_group,
+                         record_type=objective.record_type, checks_staleness=objective.checks_staleness,
+                         producer=self.producer, start=state.offset_map(), trained_ids=state.trained_ids,
+                         seed=cfg.engine.seed)
+        self.ledger = Ledger(root)
+        self.ledger.rewind(state.step)
+        self.wait_s = 0.0
+        self.last_data = time.monotonic()
+        self.pending: list = []  # the items of the batch being trained on
+
+    def next_command(self, stop: StopFlag, budget: Budget) -> Command:
+        """Block until a batch is ready, or a stop is due; say whether to publish / checkpoint after it."""
+        step = self.state.step
+        while not stop.requested and (budget.max_steps is None or step < budget.max_steps):
+            started = time.monotonic()
+            if self.feed.fill(step, self.cfg.poll_timeout_ms):
+                self.last_data = time.monotonic()
+            batch = self.feed.next_batch(step, self.cfg.batching.max_wait_s)
+            self.wait_s += time.monotonic() - started
+            if batch:
+                self.pending = batch
+                after = step + 1
+                return Command([i.record for i in batch], publish=after % self.cfg.sync_every == 0,
+                               checkpoint=after % self.cfg.checkpoint_every == 0)
+            if budget.idle_timeout_s is not None and time.monotonic() - self.last_data >= budget.idle_timeout_s:
+                break
+        self.pending = []
+        return Command([], publish=self.state.published_version != step, checkpoint=True, stop=True)
+
+    def after_step(self, metrics: dict[str, float]) -> None:
+        items, step = self.pending, self.state.step
+        self.feed.trained_on(items)
+        self.ledger.append(step, [i.record_id for i in items])
+        versions = [getattr(i.record, "policy_version", 0) for i in items]
+        staleness = [step - 1 - v for v in versions]  # the step that just ran used weights of version step-1
+        counts = self.feed.counts
+        values = {**metrics, "wait_s": self.wait_s, "records": float(len(items)),
+                  "staleness_mean": sum(staleness) / len(staleness), "staleness_max": float(max(staleness)),
+                  "rejected": float(counts.rejected), "rejected_stale": float(counts.stale),
+                  "duplicates": float(counts.duplicates), "window_groups": float(len(self.feed.window)),
+                  "version": float(step)}
+        values.update({f"staleness_{s}": float(staleness.count(s)) for s in sorted(set(staleness))})
+        self.producer.send(self.topics.metrics, MetricEvent(component=COMPONENT, values=values, step=step),
+                           key=COMPONENT)
+        self.feed.counts = type(counts)()
+        self.wait_s = 0.0
+
+    def publish(self, blob: bytes) -> None:
+        cfg = self.cfg
+        updates = weight_updates(self.spec.name, self.state.step, blob, chunk_bytes=cfg.chunk_bytes,
+                                 weights_dir=Path(cfg.weights_dir).expanduser() if cfg.weights_dir else None,
+                                 uri_above_bytes=cfg.uri_above_bytes)
+        publish_weights(self.producer, self.topics.weights, updates)
+        self.state.published_version = self.state.step
+
+    def snapshot(self) -> TrainerState:
+        """The state a checkpoint of the current step records (offsets safe to resume from)."""
+        offsets = self.feed.offsets.committable()
+        self.state.offsets = [PartitionOffset(topic=t, partition=p, offset=o) for (t, p), o in offsets.items()]
+        self.state.trained_ids = self.feed.trained.to_list()
+        return self.state
+
+    def close(self) -> None:
+        self.feed.close()
+        self.producer.flush()
+        self.producer.close()
+
+
+def run(spec: ModelSpec, cfg: TrainerConfig, kafka: KafkaSettings, namespace: str, budget: Budget,
+        stop: StopFlag | None = None) -> TrainerState:
+    """Train until a signal or the budget; returns the final state (on every rank)."""
+    stop = stop or StopFlag()
+    stop.install()
+    process = setup_process(cfg.engine.master_port)
+    objective = objectives.get(cfg.algorithm.objective)(cfg.algorithm)
+    engine = build_engine(spec, cfg.engine, process)
+    ref_model = build_reference(spec, process) if objective.needs_reference else None
+    root = Path(cfg.checkpoint_dir).expanduser() / namespace
+    root.mkdir(parents=True, exist_ok=True)
+    state = load_checkpoint(engine, root) or TrainerState()
+    leader = Leader(spec, cfg, kafka, Topics(namespace), state, objective, root) if process.is_leader else None
+    try:
+        _loop(engine, objective, ref_model, cfg, process, state, leader, root, stop, budget,
+              pad_id=build_tokenizer(spec).pad_token_id)
+    finally:
+        if leader:
+            leader.close()
+    return state
+
+
+def _loop(engine: Any, objective: Any, ref_model: Any, cfg: TrainerConfig, process: Process, state: TrainerState,
+          leader: Leader | None, root: Path, stop: StopFlag, budget: Budget, pad_id: int) -> None:
+    while True:
+        command = broadcast(leader.next_command(stop, budget) if leader else None,
+                            leader=process.is_leader, world_size=process.world_size)
+        if command.records:
+            metrics = train_step(engine, objective, command.records, ref_model, process, pad_id=pad_id,
+                                 pad_to_multiple=cfg.batching.pad_to_multiple)
+            state.step += 1
+            if leader:
+                leader.after_step(metrics)
+        if command.publish:
+            blob = gathered_weights(engine)
+            if leader:
+                leader.publish(blob)
+        if command.checkpoint:
+            snapshot = leader.snapshot() if leader else state
+            save_checkpoint(engine, root, snapshot, leader=process.is_leader, keep=cfg.keep_checkpoints)
+            if leader:
+                leader.feed.commit()
+        if command.stop:
+            return

@@ -1,0 +1,79 @@
+"""The bounded window of complete groups, and how a batch is drawn from it. No Kafka here.
+
+FIFO by default; with prioritization, groups are drawn without replacement with probability
+proportional to their mean priority (Schaul et al. 2016, "Prioritized Experience Replay", eq. 1, α = 1).
+A batch holds whole groups up to `experiences` records or `token_budget` tokens (at least one group).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from typing import Callable
+
+from .intake import Group
+
+
+class Window:
+    """At most `capacity` complete groups waiting to be trained on."""
+
+    def __init__(self, capacity: int, prioritized: bool = False, seed: int = 0):
+        self.capacity, self.prioritized = capacity, prioritized
+        self._groups: deque[Group] = deque()
+        self._rng = random.Random(seed)
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+    @property
+    def full(self) -> bool:
+        return len(self._groups) >= self.capacity
+
+    @property
+    def records(self) -> int:
+        return sum(len(g.items) for g in self._groups)
+
+    @property
+    def tokens(self) -> int:
+        return sum(g.tokens for g in self._groups)
+
+    def put(self, group: Group) -> None:
+        self._groups.append(group)
+
+    def remove(self, keep: Callable[[Group], bool]) -> list[Group]:
+        """Take out the groups `keep` refuses (e.g. stale ones) and return them."""
+        dropped = [g for g in self._groups if not keep(g)]
+        self._groups = deque(g for g in self._groups if keep(g))
+        return dropped
+
+    def ready(self, experiences: int | None, token_budget: int | None) -> bool:
+        """Enough waits for a full batch."""
+        return self.records >= experiences if experiences else self.tokens >= token_budget
+
+    def take(self, experiences: int | None, token_budget: int | None) -> list[Group]:
+        """Whole groups for one batch: FIFO or by priority, until the next group would not fit."""
+        order = self._draw_order()
+        batch: list[Group] = []
+        used_records = used_tokens = 0
+        for g in order:
+            fits = (used_records + len(g.items) <= experiences) if experiences else \
+                (used_tokens + g.tokens <= token_budget)
+            if batch and not fits:
+                break
+            batch.append(g)
+            used_records, used_tokens = used_records + len(g.items), used_tokens + g.tokens
+        taken = {id(g) for g in batch}
+        self._groups = deque(g for g in self._groups if id(g) not in taken)
+        return batch
+
+    def _draw_order(self) -> list[Group]:
+        groups = list(self._groups)
+        if not self.prioritized:
+            return groups
+        order = []
+        weights = [max(g.priority, 1e-12) for g in groups]
+        while groups:
+            i = self._rng.choices(range(len(groups)), weights=weights)[0]
+            order.append(groups.pop(i))
+            weights.pop(i)
+        return order
