@@ -5,7 +5,9 @@ from __future__ import annotations
 import typer
 
 from infra.cli_broker import broker_app
+from infra.cli_processors import process
 from infra.cli_rollout import rollout_cli
+from infra.cli_run import run
 from infra.cli_status import report, status
 from infra.cli_topics import topics_app
 from infra.cli_trainer import train
@@ -17,12 +19,14 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.add_typer(broker_app, name="broker")
-app.add_typer(topics_app, name="topics")
-app.add_typer(rollout_cli)  # undertow rollout, undertow feed
-app.command("train")(train)
+app.command("run")(run)
 app.command("status")(status)
 app.command("report")(report)
+app.add_typer(rollout_cli)  # undertow feed, undertow rollout
+app.command("process")(process)
+app.command("train")(train)
+app.add_typer(broker_app, name="broker")
+app.add_typer(topics_app, name="topics")
 
 
 def main() -> None:

@@ -13,12 +13,12 @@ from streams import KafkaSettings, RecordConsumer, Topics
 class MetricsRecorder(threading.Thread):
     """A daemon thread that records the run's metrics as they arrive (the run's own copy of them)."""
 
-    def __init__(self, kafka: KafkaSettings, namespace: str, path: Path):
+    def __init__(self, kafka: KafkaSettings, namespace: str, path: Path, labels: dict[str, str] | None = None):
         super().__init__(name="metrics-recorder", daemon=True)
-        self.kafka, self.topics, self.path = kafka, Topics(namespace), path
+        self.kafka, self.topics, self.path, self.labels = kafka, Topics(namespace), path, labels or {}
         self.latest: dict[str, MetricEvent] = {}  # component -> newest event
         self.history: dict[str, list[MetricEvent]] = {}
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._lock = threading.Lock()
 
     def run(self) -> None:
@@ -26,12 +26,12 @@ class MetricsRecorder(threading.Thread):
         with RecordConsumer(self.kafka, [self.topics.metrics], group_id=None, expect=MetricEvent,
                             rejected_topic=self.topics.rejected, stage="metrics") as consumer, \
                 open(self.path, "a") as out:
-            while not self._stop.is_set():
+            while not self._halt.is_set():
                 deliveries = consumer.poll(timeout_ms=500)
                 for d in deliveries:
                     event = d.record
-                    out.write(json.dumps({"component": event.component, "step": event.step, "time": event.time,
-                                          **event.values}) + "\n")
+                    out.write(json.dumps({**self.labels, "component": event.component, "step": event.step,
+                                          "time": event.time, **event.values}) + "\n")
                     with self._lock:
                         self.latest[event.component] = event
                         self.history.setdefault(event.component, []).append(event)
@@ -51,7 +51,7 @@ class MetricsRecorder(threading.Thread):
         return sorted(points)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(10)
 
 

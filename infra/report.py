@@ -18,7 +18,7 @@ PANELS: dict[str, re.Pattern] = {
     "throughput": re.compile(r"(per_s|_rate|throughput)$"),
     "loss": re.compile(r"(^|_)loss|kl|entropy|clipfrac"),
 }
-IGNORED = {"component", "step", "time"}
+IGNORED = {"component", "step", "time", "stage"}
 
 
 @dataclass

@@ -50,6 +50,8 @@ class ModelSpec(BaseModel):
     tiny: TinyModel = Field(default_factory=TinyModel, description="architecture when source is 'tiny'")
     dtype: Literal["float32", "bfloat16"] = Field("float32", description="parameter dtype")
     seed: int = Field(0, description="initialisation seed of the tiny model")
+    init_from: str | None = Field(None, description="weights to start from: an HF export directory or a "
+                                  ".safetensors file (e.g. the previous stage's checkpoint)")
 
     @model_validator(mode="after")
     def _path_needed(self) -> "ModelSpec":
@@ -86,8 +88,12 @@ def build_model(spec: ModelSpec) -> "PreTrainedModel":
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(spec.seed)
             model = GPT2LMHeadModel(config)
-        return model.to(dtype).eval()
-    model = AutoModelForCausalLM.from_pretrained(_local_dir(spec), torch_dtype=dtype)
+        model = model.to(dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(_local_dir(spec), torch_dtype=dtype)
+    if spec.init_from:
+        path = Path(spec.init_from).expanduser()
+        load_weights(model, (path / "model.safetensors" if path.is_dir() else path).read_bytes())
     return model.eval()
 
 

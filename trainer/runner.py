@@ -103,6 +103,9 @@ class Leader:
                   "duplicates": float(counts.duplicates), "window_groups": float(len(self.feed.window)),
                   "version": float(step)}
         values.update({f"staleness_{s}": float(staleness.count(s)) for s in sorted(set(staleness))})
+        rewards = [r for r in (getattr(i.record, "reward", None) for i in items) if r is not None]
+        if rewards:
+            values["reward_mean"] = sum(rewards) / len(rewards)
         self.producer.send(self.topics.metrics, MetricEvent(component=COMPONENT, values=values, step=step),
                            key=COMPONENT)
         self.feed.counts = type(counts)()

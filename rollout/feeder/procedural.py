@@ -36,6 +36,17 @@ def arithmetic(*, size: int = 1000, seed: int = 0, max_operand: int = 20,
     return items
 
 
+@source("sums")
+def sums(*, size: int = 1000, seed: int = 0, max_operand: int = 9) -> list[TaskItem]:
+    """`size` terse additions "a+b=" with operands in [0, max_operand]: small enough for the tiny CPU model."""
+    items = []
+    for i in range(size):
+        rng = random.Random(f"sums/{seed}/{i}")
+        a, b = rng.randint(0, max_operand), rng.randint(0, max_operand)
+        items.append(TaskItem(key=str(i), prompt=f"{a}+{b}=", answer=str(a + b), metadata={"operands": [a, b]}))
+    return items
+
+
 @source("countdown")
 def countdown(*, size: int = 1000, seed: int = 0, count: int = 3, max_number: int = 25) -> list[TaskItem]:
     """`size` solvable Countdown puzzles: `count` numbers in [1, max_number] and a positive integer

@@ -82,6 +82,12 @@ def test_procedural_tasks_have_verifiable_answers():
         assert value == item.metadata["target"] and sorted(used) == item.metadata["numbers"]
         task = Task(task_id="t", prompt=item.prompt, metadata=item.metadata)
         assert countdown(item.answer, task)["correct"] == 1.0
+    sums = load_items({"name": "sums", "size": 200, "max_operand": 9})
+    assert sums[0] == load_items({"name": "sums", "size": 1})[0]
+    for item in sums:
+        a, b = item.metadata["operands"]
+        assert item.prompt == f"{a}+{b}=" and item.answer == str(a + b) and 0 <= a <= 9 and 0 <= b <= 9
+    assert len({item.prompt for item in sums}) > 50  # all 100 pairs are reachable, not a few
 
 
 def items(n: int) -> list[TaskItem]:

@@ -69,3 +69,10 @@ def test_weights_of_another_architecture_are_refused():
     big = build_model(ModelSpec(tiny=TinyModel(n_embd=32)))
     with pytest.raises(ValueError, match="shape"):
         load_weights(build_model(ModelSpec()), weights_to_bytes(big))
+
+
+def test_init_from_loads_an_hf_export_over_the_built_model(tmp_path):
+    trained = build_model(ModelSpec(seed=5))
+    trained.save_pretrained(tmp_path / "hf", safe_serialization=True)
+    resumed = build_model(ModelSpec(init_from=str(tmp_path / "hf")))
+    assert all(torch.equal(x, y) for x, y in zip(trained.state_dict().values(), resumed.state_dict().values()))

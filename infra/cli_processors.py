@@ -1,0 +1,75 @@
+"""`undertow process CONFIG [--workers N]`: the stream processors (experiences.raw -> experiences.ready)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from infra.cli_common import console, user_errors
+from infra.config import ConfigError, load_cluster_config, load_yaml, resolve_kafka, validation_message
+from processors.config import ProcessorsConfig
+from processors.pipeline import Pipeline
+from schemas import ModelSpec
+
+
+class ProcessorsSections(BaseModel):
+    """The sections `undertow process` reads; the others belong to other stages."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: ModelSpec = Field(default_factory=ModelSpec, description="the policy model (checked, not used)")
+    processors: ProcessorsConfig = Field(default_factory=ProcessorsConfig, description="the processor stage")
+
+
+def load_processors_config(path: Path) -> ProcessorsConfig:
+    try:
+        cfg = ProcessorsSections.model_validate(load_yaml(path)).processors
+    except ValidationError as e:
+        raise ConfigError(validation_message(str(path), e)) from None
+    try:
+        Pipeline.from_config(cfg.pipeline)  # unknown names and wrong arguments fail here, before Kafka
+    except (ValueError, TypeError, RuntimeError) as e:
+        raise ConfigError(f"{path}: processors.pipeline: {e}") from None
+    return cfg
+
+
+def process(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="YAML run config."),
+            workers: int = typer.Option(1, min=1, help="Worker processes sharing the partitions (same app id)."),
+            idle_exit: Optional[float] = typer.Option(None, help="Stop after this many seconds without a record."),
+            worker_name: Optional[str] = typer.Option(None, hidden=True)) -> None:
+    """Run the processor pipeline until SIGTERM/SIGINT."""
+    with user_errors():
+        cfg = load_processors_config(config)
+        if idle_exit is not None:
+            cfg = cfg.model_copy(update={"idle_exit_s": idle_exit})
+        cluster = load_cluster_config(config)
+        kafka = resolve_kafka(cluster.kafka)
+    if workers == 1:
+        from processors.runner import run_worker
+
+        run_worker(cfg, cluster.namespace, kafka, worker_name)
+        return
+    raise typer.Exit(run_children(config, workers, idle_exit))
+
+
+def run_children(config: Path, workers: int, idle_exit: Optional[float]) -> int:
+    """Start `workers` single-worker processes; pass SIGTERM/SIGINT on; return the worst exit code."""
+    extra = ["--idle-exit", str(idle_exit)] if idle_exit is not None else []
+    children = [subprocess.Popen([sys.executable, "-m", "infra.cli", "process", str(config), "--workers", "1",
+                                  "--worker-name", f"worker-{i}", *extra]) for i in range(workers)]
+    console.print(f"started {workers} processor workers: pids {[c.pid for c in children]}")
+
+    def forward(signum: int, _frame: object) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    return max(child.wait() for child in children)

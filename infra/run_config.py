@@ -1,0 +1,102 @@
+"""The whole run's config: every stage's section, validated together before anything starts."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from infra.config import ConfigError, load_yaml, validation_message
+from processors.config import ProcessorsConfig
+from rollout.config import FeederConfig, RolloutConfig
+from schemas import ModelSpec
+from streams import KafkaSettings
+from trainer.config import TrainerConfig
+
+SECTIONS = ("model", "feeder", "rollout", "processors", "trainer")
+
+
+class Stage(BaseModel):
+    """One stage of a multi-stage run (e.g. an SFT warm-up, then RL): its length and what it changes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]+$", description="stage name: its topics are <namespace>-<name>.*")
+    steps: int = Field(ge=1, description="trainer steps in this stage")
+    model: dict[str, Any] = Field(default_factory=dict, description="overrides of the model section")
+    feeder: dict[str, Any] = Field(default_factory=dict, description="overrides of the feeder section")
+    rollout: dict[str, Any] = Field(default_factory=dict, description="overrides of the rollout section")
+    processors: dict[str, Any] = Field(default_factory=dict, description="overrides of the processors section")
+    trainer: dict[str, Any] = Field(default_factory=dict, description="overrides of the trainer section")
+
+
+class RunSection(BaseModel):
+    """`run:` — how `undertow run` supervises the stages."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field("run", pattern=r"^[A-Za-z0-9_-]+$", description="run name: prefix of the run directory")
+    dir: str = Field("runs", description="where run directories are made")
+    steps: int | None = Field(None, ge=1, description="trainer steps of a single-stage run (null: until Ctrl-C)")
+    stages: list[Stage] = Field(default_factory=list, description="stages run in order; empty: one stage")
+    processor_workers: int = Field(1, ge=1, description="Faust processor workers")
+    live: bool = Field(True, description="show the live view in the terminal")
+    refresh_s: float = Field(1.0, gt=0, description="live view refresh period")
+
+
+class RunConfig(BaseModel):
+    """A whole run: cluster, model, each stage's section, and the run's own settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    namespace: str = Field("undertow", description="topic namespace (stages add -<stage name>)")
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="brokers; none: a local one is started")
+    model: ModelSpec = Field(default_factory=ModelSpec, description="the policy model")
+    feeder: FeederConfig = Field(default_factory=FeederConfig, description="the task feeder")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="the rollout workers")
+    processors: ProcessorsConfig = Field(default_factory=ProcessorsConfig, description="the stream processors")
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="the trainer")
+    run: RunSection = Field(default_factory=RunSection, description="supervision")
+
+
+def load_run_config(path: str | Path) -> tuple[RunConfig, dict[str, Any]]:
+    """The validated config and its raw mapping (stages are merged from the raw one)."""
+    raw = load_yaml(path)
+    try:
+        config = RunConfig.model_validate(raw)
+    except ValidationError as e:
+        raise ConfigError(validation_message(str(path), e)) from None
+    for index, stage in enumerate(config.run.stages):
+        try:
+            RunConfig.model_validate(stage_mapping(raw, stage))
+        except ValidationError as e:
+            raise ConfigError(validation_message(f"{path}: run.stages.{index} ({stage.name})", e)) from None
+    return config, raw
+
+
+def stage_mapping(raw: dict[str, Any], stage: Stage | None) -> dict[str, Any]:
+    """The run's raw config with one stage's overrides merged into its sections."""
+    merged = copy.deepcopy(raw)
+    if stage is None:
+        return merged
+    for section in SECTIONS:
+        merged[section] = deep_merge(merged.get(section) or {}, getattr(stage, section))
+    merged["namespace"] = f"{merged.get('namespace', 'undertow')}-{stage.name}"
+    return merged
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """`override` on top of `base`, mappings merged key by key, anything else replaced."""
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def write_yaml(path: Path, data: dict[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path

@@ -1,0 +1,30 @@
+"""The `processors` section of a run config."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DEFAULT_PIPELINE: list[Any] = ["clean", "reshape", "prioritize"]
+
+
+class ProcessorsConfig(BaseModel):
+    """How the processor stage reads, transforms and writes experiences."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pipeline: list[str | dict[str, Any]] = Field(
+        default_factory=lambda: list(DEFAULT_PIPELINE),
+        description="processors in order: a name, a dotted path, or {name: …, **kwargs}")
+    app_id: str = Field("undertow-processors", description="Faust app id; workers with the same id share partitions")
+    group_timeout_s: float = Field(60.0, gt=0, description="seconds a prompt group may wait for its missing samples")
+    on_timeout: Literal["emit", "reject"] = Field(
+        "emit", description="what happens to a group that timed out: emit it partial, or reject its samples")
+    max_open_groups: int = Field(100_000, ge=1, description="open groups kept at most; the oldest close first")
+    batch_size: int = Field(256, ge=1, description="records taken from the stream per pipeline call")
+    batch_within_s: float = Field(0.01, gt=0, description="longest wait to fill a batch, in seconds")
+    tick_every_s: float = Field(1.0, gt=0, description="how often timed-out groups are looked for")
+    metrics_every_s: float = Field(5.0, gt=0, description="how often per-stage counters go to the metrics topic")
+    idle_exit_s: float | None = Field(
+        None, gt=0, description="stop after this many seconds without a record (tests, benchmarks); None: run until SIGTERM")

@@ -1,0 +1,61 @@
+"""`reshape`: per assembled group, shape rewards, drop zero-variance groups, compute advantages."""
+
+from __future__ import annotations
+
+import inspect
+from functools import partial
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from schemas import Experience
+from schemas.registry import Registry
+from processors.advantages import ADVANTAGES
+from processors.api import Reject, processor
+from processors.shaping import SHAPERS
+
+Entry = str | Mapping[str, Any]
+
+
+def _callable(registry: Registry, entry: Entry) -> Callable[..., np.ndarray]:
+    component = registry.resolve(entry)
+    if inspect.isclass(component.obj):  # stateful (e.g. a running baseline): one instance per stage
+        return component.obj(**component.kwargs)
+    return partial(component.obj, **component.kwargs)
+
+
+@processor("reshape")
+class Reshape:
+    """advantage: an estimator (grpo, dr_grpo, rloo, reinforce, or a dotted path);
+    shaping: shapers in order (overlong, length_penalty, clip, scale, …);
+    dynamic_sampling: DAPO's filter (Yu et al. 2025, §3.2): a group whose raw rewards are all
+    equal carries no learning signal under a group-relative estimator, so it is rejected."""
+
+    def __init__(self, *, advantage: Entry = "grpo", shaping: list[Entry] = (), dynamic_sampling: bool = False,
+                 min_group_size: int = 1):
+        self.estimator = _callable(ADVANTAGES, advantage)
+        self.shapers = [_callable(SHAPERS, e) for e in shaping]
+        self.dynamic_sampling, self.min_group_size = dynamic_sampling, min_group_size
+
+    def process_group(self, group: list[Experience]) -> list[Experience] | Reject:
+        unscored = [e.experience_id for e in group if e.reward is None]
+        if unscored:
+            return Reject("unscored", f"no reward on {unscored[:5]}: add a score stage before reshape")
+        if len(group) < self.min_group_size:
+            return Reject("small_group", f"{len(group)} samples < min_group_size {self.min_group_size}")
+        raw = np.array([e.reward for e in group], dtype=np.float64)  # [G]
+        if self.dynamic_sampling and len(group) > 1 and np.all(raw == raw[0]):
+            return Reject("zero_variance", f"all {len(group)} rewards equal {raw[0]:g}")
+        lengths = np.array([len(e.response_tokens) for e in group], dtype=np.float64)  # [G]
+        shaped = raw
+        for shape in self.shapers:
+            shaped = shape(shaped, lengths)
+        adv = self.estimator(shaped)  # [G]
+        return [_with(e, float(r), float(a)) for e, r, a in zip(group, shaped, adv)]
+
+
+def _with(exp: Experience, reward: float, adv: float) -> Experience:
+    update: dict[str, Any] = {"reward": reward, "advantages": [adv] * len(exp.response_tokens)}
+    if reward != exp.reward:  # keep what shaping changed visible to whoever inspects the record
+        update["reward_components"] = {**exp.reward_components, "shaping": reward - exp.reward}
+    return exp.model_copy(update=update)

@@ -1,0 +1,141 @@
+"""The Faust runner: a thin agent around the pure pipeline, from experiences.raw to experiences.ready.
+
+Group and dedupe state live in Faust tables (raw bytes, changelogged), so a worker that restarts or
+takes over a partition resumes the open groups of that partition. Every drop becomes a Rejected
+record with stage and reason; counters go to the metrics topic; task pass rates to task-stats.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+from functools import lru_cache
+from typing import Any, Iterator
+
+import faust
+from kafka import KafkaConsumer
+from kafka.partitioner.default import murmur2
+
+from schemas import Experience, MetricEvent, encode
+from streams import KafkaSettings, Topics
+from streams.admin import cluster_size
+from streams.faust_app import RecordIO, create_app
+from processors.config import ProcessorsConfig
+from processors.groups import Arrival
+from processors.pipeline import Output, Pipeline
+from processors.state import StageContext
+
+log = logging.getLogger(__name__)
+
+
+class TableStore:
+    """A StateStore over a Faust table's local data, writing each change to the changelog partition
+    of the record's own Kafka key, the way the default partitioner placed the record."""
+
+    def __init__(self, table: Any, partitions: int):
+        self.table, self.partitions = table, partitions
+        self.partition_of = lru_cache(maxsize=1 << 16)(self._partition_of)
+
+    def _partition_of(self, route: bytes) -> int:
+        return (murmur2(route) & 0x7FFFFFFF) % self.partitions
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.table.data.get(key)
+
+    def put(self, key: bytes, value: bytes, route: bytes) -> None:
+        self.table.data[key] = value
+        self.table.send_changelog(self.partition_of(route), key, value, key_serializer="raw", value_serializer="raw")
+
+    def delete(self, key: bytes, route: bytes) -> None:
+        self.table.data.pop(key, None)
+        self.table.send_changelog(self.partition_of(route), key, None, key_serializer="raw", value_serializer="raw")
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        return iter(list(self.table.data.items()))
+
+    def __len__(self) -> int:
+        return len(self.table.data)
+
+
+def topic_partitions(kafka: KafkaSettings, topic: str) -> int:
+    consumer = KafkaConsumer(**kafka.kafka_python())
+    try:
+        parts = consumer.partitions_for_topic(topic)
+    finally:
+        consumer.close()
+    if not parts:
+        raise RuntimeError(f"topic {topic} does not exist: run `undertow topics create` first")
+    return len(parts)
+
+
+def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worker: str | None = None) -> faust.App:
+    """The processor app: one agent on experiences.raw, timers for timeouts, metrics and idle exit."""
+    topics = Topics(namespace)
+    partitions = topic_partitions(kafka, topics.raw)
+    # Batching on the producer side: every record costs a ready send and a changelog write.
+    app = create_app(cfg.app_id, kafka, topic_partitions=partitions, topic_replication_factor=min(3, cluster_size(kafka)),
+                     producer_linger=0.005, producer_max_batch_size=1 << 20)
+    io = RecordIO(app, topics, stage="decode")
+    tables = {name: app.Table(name, key_type=bytes, value_type=bytes, partitions=partitions) for name in ("groups", "dedupe")}
+    stores = {name: TableStore(table, partitions) for name, table in tables.items()}
+    pipeline = Pipeline.from_config(cfg.pipeline, context=StageContext(store=stores.__getitem__),
+                                    group_timeout_s=cfg.group_timeout_s, on_timeout=cfg.on_timeout,
+                                    max_open_groups=cfg.max_open_groups)
+    worker = worker or f"{socket.gethostname()}-{os.getpid()}"
+    last_record = [time.monotonic()]
+
+    @app.agent(io.topic(topics.raw))
+    async def process(stream: faust.StreamT) -> None:
+        async for events in stream.take_events(cfg.batch_size, within=cfg.batch_within_s):
+            arrivals = []
+            for event in events:
+                exp = await io.decode(event, expect=Experience)
+                if exp is not None:
+                    arrivals.append(Arrival(exp, event.message.partition, event.message.offset, event.message.value))
+            last_record[0] = time.monotonic()
+            await publish(io, topics, pipeline.push(arrivals))
+
+    @app.timer(cfg.tick_every_s)
+    async def close_timed_out_groups() -> None:
+        await publish(io, topics, pipeline.tick())
+        if cfg.idle_exit_s is not None and time.monotonic() - last_record[0] > cfg.idle_exit_s:
+            await publish_metrics(io, topics, pipeline, worker)
+            os.kill(os.getpid(), signal.SIGTERM)  # the worker's own handler shuts down cleanly
+
+    @app.timer(cfg.metrics_every_s)
+    async def report() -> None:
+        await publish_metrics(io, topics, pipeline, worker)
+
+    return app
+
+
+async def publish(io: RecordIO, topics: Topics, out: Output) -> None:
+    """Send what the pipeline produced: ready records, dead letters, task statistics."""
+    for arrival in out.ready:
+        await io.send(topics.ready, arrival.experience, key=arrival.experience.group_id)
+    for d in out.dropped:
+        exp = d.arrival.experience
+        await io.reject(stage=d.stage, reason=d.reason, detail=d.detail, original=encode(exp),
+                        key=exp.group_id.encode(), source_topic=topics.raw if d.arrival.partition is not None else None,
+                        partition=d.arrival.partition, offset=d.arrival.offset, record_id=exp.experience_id)
+    for stat in out.task_stats:
+        await io.send(topics.task_stats, stat, key=stat.task_id)
+
+
+async def publish_metrics(io: RecordIO, topics: Topics, pipeline: Pipeline, worker: str) -> None:
+    values = pipeline.stats.values()
+    values["decode.dropped"] = float(io.rejected - sum(sum(s.dropped.values()) for s in pipeline.stats.stages.values()))
+    await io.send(topics.metrics, MetricEvent(component="processors", values=values, labels={"worker": worker}),
+                  key="processors")
+
+
+def run_worker(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worker: str | None = None) -> None:
+    """Run one worker until SIGTERM/SIGINT (or `idle_exit_s` without records)."""
+    from faust.worker import Worker
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    app = build_app(cfg, namespace, kafka, worker)
+    Worker(app, loglevel="warning").execute_from_commandline()

@@ -1,0 +1,96 @@
+"""`score`: reward functions in the stream, and a hook for a model-based scorer called in batches.
+
+A stream reward is `fn(exp: Experience, **kwargs) -> dict[str, float]` (named components). A
+scorer is a callable (or a class built with its kwargs, then called) taking a list of experiences
+and returning one dict of components per experience. Components are merged into
+`reward_components`; an unscored experience gets their sum as its reward, a scored one gets them
+added when `add_to_reward` is set.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from functools import partial
+from typing import Any, Callable, Mapping
+
+from schemas import Experience
+from schemas.registry import Registry
+from processors.api import Reject, processor
+
+REWARDS: Registry[Callable[..., dict[str, float]]] = Registry("stream reward")
+SCORERS: Registry[Any] = Registry("scorer")
+
+Entry = str | Mapping[str, Any]
+
+
+def reward(name: str) -> Callable[[Any], Any]:
+    """Decorator registering a stream reward under a short name."""
+    return REWARDS.register(name)
+
+
+@reward("format")
+def format_reward(exp: Experience, *, pattern: str = r"\\boxed\{[^}]*\}", weight: float = 0.1) -> dict[str, float]:
+    """`weight` when the response matches `pattern` (a regular expression), else 0."""
+    return {"format": weight if re.search(pattern, exp.response_text) else 0.0}
+
+
+@reward("length")
+def length_reward(exp: Experience, *, target_tokens: int = 256, weight: float = 0.1) -> dict[str, float]:
+    """-weight * |n - target| / target: prefers responses near a target length."""
+    n = len(exp.response_tokens)
+    return {"length": -weight * abs(n - target_tokens) / target_tokens}
+
+
+@reward("metadata_answer")
+def metadata_answer(exp: Experience, *, field: str = "answer") -> dict[str, float]:
+    """1 when the stripped response equals `metadata[field]` (the reference answer rollout attached)."""
+    answer = exp.metadata.get(field)
+    return {"correct": float(answer is not None and exp.response_text.strip() == str(answer).strip())}
+
+
+def _resolve(registry: Registry[Any], entry: Entry, construct: bool) -> Callable[..., Any]:
+    component = registry.resolve(entry)
+    if construct and inspect.isclass(component.obj):
+        return component.obj(**component.kwargs)
+    return partial(component.obj, **component.kwargs)
+
+
+@processor("score")
+class Score:
+    """Applies `rewards` to each record and `scorer` to batches of `batch_size`."""
+
+    def __init__(self, *, rewards: list[Entry] = (), scorer: Entry | None = None, batch_size: int = 32,
+                 add_to_reward: bool = True, overwrite: bool = False):
+        self.rewards = [_resolve(REWARDS, e, construct=False) for e in rewards]
+        self.scorer = _resolve(SCORERS, scorer, construct=True) if scorer is not None else None
+        self.batch_size, self.add_to_reward, self.overwrite = batch_size, add_to_reward, overwrite
+
+    def process_batch(self, exps: list[Experience]) -> list[Experience | Reject]:
+        components = [self._rewards(exp) for exp in exps]
+        if self.scorer is not None:
+            for start in range(0, len(exps), self.batch_size):
+                chunk = exps[start:start + self.batch_size]
+                scored = list(self.scorer(chunk))
+                if len(scored) != len(chunk):
+                    raise RuntimeError(f"scorer returned {len(scored)} results for {len(chunk)} experiences")
+                for i, extra in enumerate(scored):
+                    components[start + i].update(extra)
+        return [self._apply(exp, c) for exp, c in zip(exps, components)]
+
+    def _rewards(self, exp: Experience) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for fn in self.rewards:
+            out.update(fn(exp))
+        return out
+
+    def _apply(self, exp: Experience, components: dict[str, float]) -> Experience:
+        if not components:
+            return exp
+        total = float(sum(components.values()))
+        if exp.reward is None or self.overwrite:
+            reward_value = total
+        else:
+            reward_value = exp.reward + total if self.add_to_reward else exp.reward
+        merged = {**exp.reward_components, **{k: float(v) for k, v in components.items()}}
+        return exp.model_copy(update={"reward": reward_value, "reward_components": merged})

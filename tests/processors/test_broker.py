@@ -1,0 +1,147 @@
+"""The processor app against the real broker, with real Faust workers started as `undertow process`."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from schemas import Experience, MetricEvent, Rejected, TaskStat
+from streams import RecordConsumer, RecordProducer, Topics
+from tests.processors.helpers import exp
+
+pytestmark = [pytest.mark.broker, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+PIPELINE = [{"name": "clean", "max_response_tokens": 20}, "tests.processors.plugins.shout",
+            {"name": "reshape", "advantage": "rloo", "dynamic_sampling": True}, "prioritize"]
+
+
+def start(tmp_path: Path, namespace: str, workers: int = 1, **section) -> subprocess.Popen:
+    section = {"pipeline": PIPELINE, "app_id": f"proc-{namespace}", "metrics_every_s": 1.0,
+               "group_timeout_s": 120, **section}
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"namespace": namespace, "processors": section, "trainer": {"ignored": 1}}))
+    log = open(tmp_path / f"process-{workers}.log", "w")
+    return subprocess.Popen([sys.executable, "-m", "infra.cli", "process", str(config), "--workers", str(workers)],
+                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def read(kafka, topic: str, expect, want: int, timeout: float = 120.0, proc=None) -> list:
+    got = []
+    with RecordConsumer(kafka, [topic], group_id=None, expect=expect, rejected_topic=topic + ".unused") as c:
+        deadline = time.monotonic() + timeout
+        while len(got) < want and time.monotonic() < deadline and (proc is None or proc.poll() is None):
+            got += [d.record for d in c.poll(timeout_ms=500)]
+        got += [d.record for d in c.poll(timeout_ms=1000)]  # anything beyond `want` shows up too
+    return got
+
+
+def rloo(rewards):
+    g = len(rewards)
+    return [(r * g - sum(rewards)) / (g - 1) for r in rewards]
+
+
+def test_groups_advantages_and_rejects_through_a_faust_worker(kafka, namespace, tmp_path):
+    topics, rng = Topics(namespace), random.Random(4)
+    rewards = {f"g{i}": [rng.choice([0.0, 0.5, 1.0]) for _ in range(4)] for i in range(12)}
+    rewards["g0"] = [1.0, 0.0, 0.0, 0.0]
+    rewards["flat"] = [1.0] * 4
+    samples = [exp(g, i, 4, r, text=f"answer {g} {i}") for g, rs in rewards.items() for i, r in enumerate(rs)]
+    samples[1] = exp("g0", 1, 4, 0.0, text="way too long", tokens=30)
+    rng.shuffle(samples)  # groups interleaved across the 4 partitions, samples out of order
+    proc = start(tmp_path, namespace)
+    try:
+        with RecordProducer(kafka) as p:
+            for e in samples:
+                p.send(topics.raw, e, key=e.group_id)
+            p.send(topics.raw, samples[0], key=samples[0].group_id)  # a redelivery
+            p.send_bytes(topics.raw, b"\xc1 not msgpack", key="g1")
+        published = len(samples) + 2
+        ready = read(kafka, topics.ready, Experience, published - 7, proc=proc)
+        rejected = read(kafka, topics.rejected, Rejected, 7)
+        assert proc.poll() is None, (tmp_path / "process-1.log").read_text()[-3000:]
+        assert len(ready) + len(rejected) == published  # every input accounted for
+        reasons = Counter((r.stage, r.reason) for r in rejected)
+        assert reasons == {("reshape", "zero_variance"): 4, ("clean", "duplicate"): 1, ("clean", "too_long"): 1,
+                           ("decode", "undecodable"): 1}
+        assert {r.record_id for r in rejected if r.reason == "zero_variance"} == {f"flat/{i}" for i in range(4)}
+        assert len({e.experience_id for e in ready}) == len(ready) == 12 * 4 - 1
+        for e in ready:
+            group = rewards[e.group_id] if e.group_id != "g0" else [1.0, 0.0, 0.0]  # g0/1 was too long
+            index = e.sample_index if e.group_id != "g0" else [0, 2, 3].index(e.sample_index)
+            want = 0.0 if len(set(group)) == 1 else rloo(group)[index]
+            assert e.advantages == pytest.approx([want] * 3, abs=1e-6), e.experience_id
+            assert e.response_text == f"ANSWER {e.group_id.upper()} {e.sample_index}!"  # the plugin ran
+            assert e.priority == pytest.approx(0.01 + abs(want), abs=1e-6)
+        stats = read(kafka, topics.task_stats, TaskStat, 12)
+        assert {s.task_id for s in stats} >= {f"g{i}" for i in range(12)}
+        metrics = read(kafka, topics.metrics, MetricEvent, 1, timeout=30)
+        assert any(m.values.get("clean.in", 0) >= 1 for m in metrics)
+    finally:
+        stop(proc)
+
+
+def test_two_workers_split_the_partitions_without_loss_or_duplication(kafka, namespace, tmp_path):
+    topics = Topics(namespace)
+    proc = start(tmp_path, namespace, workers=2, pipeline=["clean", "reshape"])
+    try:
+        time.sleep(15)  # both workers join the group before records flow
+        samples = [exp(f"w{g}", i, 2, float(i), text=f"a{i}") for g in range(60) for i in range(2)]
+        with RecordProducer(kafka) as p:
+            for e in samples:
+                p.send(topics.raw, e, key=e.group_id)
+        ready = read(kafka, topics.ready, Experience, len(samples), proc=proc)
+        assert proc.poll() is None, (tmp_path / "process-2.log").read_text()[-3000:]
+        assert sorted(e.experience_id for e in ready) == sorted(e.experience_id for e in samples)
+        time.sleep(3)
+        metrics = read(kafka, topics.metrics, MetricEvent, 4, timeout=20)
+        per_worker = {}
+        for m in metrics:
+            per_worker[m.labels["worker"]] = max(per_worker.get(m.labels["worker"], 0), m.values.get("clean.in", 0))
+        assert set(per_worker) == {"worker-0", "worker-1"}
+        assert all(n > 0 for n in per_worker.values()) and sum(per_worker.values()) == len(samples)
+    finally:
+        stop(proc)
+
+
+def test_open_groups_survive_a_worker_restart(kafka, namespace, tmp_path):
+    """Group state is in a changelogged Faust table: a new worker resumes a half-assembled group."""
+    topics = Topics(namespace)
+    samples = [exp("r", i, 4, float(i), text=f"a{i}") for i in range(4)]
+    proc = start(tmp_path, namespace, pipeline=["reshape"])
+    try:
+        with RecordProducer(kafka) as p:
+            for e in samples[:3]:
+                p.send(topics.raw, e, key=e.group_id)
+        probe = exp("probe", 0, 1)
+        with RecordProducer(kafka) as p:
+            p.send(topics.raw, probe, key=probe.group_id)
+        assert [e.experience_id for e in read(kafka, topics.ready, Experience, 1, proc=proc)] == ["probe/0"]
+    finally:
+        stop(proc)
+    proc = start(tmp_path, namespace, pipeline=["reshape"])
+    try:
+        with RecordProducer(kafka) as p:
+            p.send(topics.raw, samples[3], key="r")
+        ready = read(kafka, topics.ready, Experience, 5, proc=proc)
+        assert sorted(e.experience_id for e in ready) == ["probe/0", "r/0", "r/1", "r/2", "r/3"]
+        r = {e.sample_index: e for e in ready if e.group_id == "r"}
+        assert r[0].advantages[0] == pytest.approx(-1.5 / (5 / 3) ** 0.5, abs=1e-5)  # grpo over 0, 1, 2, 3
+    finally:
+        stop(proc)

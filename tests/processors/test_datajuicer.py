@@ -1,0 +1,25 @@
+"""data-juicer text ops applied to responses: filters drop, mappers rewrite."""
+
+import pytest
+
+from processors import Harness
+from tests.processors.helpers import exp
+
+pytest.importorskip("data_juicer.ops", reason="py-data-juicer is an optional extra")
+
+
+def test_filters_drop_and_mappers_rewrite():
+    h = Harness([{"name": "data_juicer", "ops": [
+        {"text_length_filter": {"min_len": 5, "max_len": 100}},
+        {"whitespace_normalization_mapper": {}},
+        {"punctuation_normalization_mapper": {}},
+    ]}])
+    h.feed([exp("a", 0, 1, text="hi"), exp("b", 0, 1, text="hello\u3000world\uff0cok")])
+    assert [e.response_text for e in h.ready] == ["hello world,ok"]
+    assert h.reasons() == [("data_juicer", "data_juicer")]
+    assert "text_length_filter" in h.out.dropped[0].detail
+
+
+def test_a_list_that_is_not_ops_is_refused():
+    with pytest.raises(ValueError, match="data_juicer.ops"):
+        Harness([{"name": "data_juicer", "ops": ["text_length_filter"]}])
