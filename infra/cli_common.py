@@ -27,6 +27,8 @@ def user_errors() -> Iterator[None]:
     """Turn expected failures into one red line and exit code 2, not a traceback."""
     try:
         yield
+    except typer.Exit:  # click's Exit is a RuntimeError: let it through untouched
+        raise
     except (ConfigError, ValueError, TimeoutError, RuntimeError) as e:
         err_console.print(f"[red]error:[/red] {e}", highlight=False)
         raise typer.Exit(2) from None

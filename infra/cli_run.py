@@ -48,7 +48,7 @@ def run(config: Optional[Path] = typer.Argument(None, exists=True, dir_okay=Fals
             run_dir = new_run_dir(cfg, raw, runs_dir)
         show = cfg.run.live if live is None else live
         show = show and console.is_terminal
-        console.print(f"run directory: [bold]{run_dir}[/bold]")
+        console.print(f"run directory: [bold]{run_dir}[/bold]", soft_wrap=True)
         with Live(console=console, refresh_per_second=2, transient=False) if show else _NoLive() as screen:
             runner = Run(cfg, raw, run_dir, view=_live_view(screen) if show else _log_view())
             install_stop_handler(runner)
@@ -59,7 +59,7 @@ def run(config: Optional[Path] = typer.Argument(None, exists=True, dir_okay=Fals
                           + (f"\n{o.message}" if o.message else ""))
         _summary(run_dir)
         if runner.state.status == "interrupted":
-            console.print(f"resume with: undertow run --resume {run_dir}")
+            console.print(f"resume with: undertow run --resume {run_dir}", soft_wrap=True, highlight=False)
         if runner.state.status != "done":
             raise typer.Exit(1 if runner.state.status == "failed" else 130)
 

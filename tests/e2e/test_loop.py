@@ -1,0 +1,106 @@
+"""The whole loop through the real broker: the demo learns; Ctrl-C leaves a checkpoint that --resume continues."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra.metrics_log import read_metrics
+
+pytestmark = [pytest.mark.broker, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def demo_config(tmp_path: Path, **run: object) -> Path:
+    cfg = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
+    cfg["run"].update(run)
+    path = tmp_path / "demo.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def undertow_run(*args: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "infra.cli", "run", *args, "--no-live"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+
+
+def only_run_dir(runs: Path) -> Path:
+    (run_dir,) = list(runs.iterdir())
+    return run_dir
+
+
+def trainer_rows(run_dir: Path, stage: str) -> list[dict]:
+    return [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("stage") == stage and r["component"] == "trainer"]
+
+
+def test_demo_learns_through_the_broker(tmp_path):
+    config = demo_config(tmp_path, stages=[
+        {"name": "warmup", "steps": 60, "feeder": {"group_size": 1}, "rollout": {"workflow": "reference"},
+         "processors": {"pipeline": ["clean"]},
+         "trainer": {"engine": {"lr": 3.0e-3}, "batching": {"experiences": 32}, "algorithm": {"objective": "sft"}}},
+        {"name": "rl", "steps": 160}])
+    proc = undertow_run(str(config), "--runs-dir", str(tmp_path / "runs"))
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-4000:]
+    run_dir = only_run_dir(tmp_path / "runs")
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "done"
+    rewards = [r["reward_mean"] for r in trainer_rows(run_dir, "rl") if "reward_mean" in r]
+    assert len(rewards) >= 150
+    first, last = sum(rewards[:40]) / 40, sum(rewards[-40:]) / 40
+    print(f"RL reward: first 40 steps {first:.3f}, last 40 steps {last:.3f}")
+    assert last >= first + 0.08, f"reward did not rise: {first:.3f} -> {last:.3f}"
+    assert "stage rl: done" in out and (run_dir / "checkpoints" / "demo-rl").is_dir()
+
+
+def test_ctrl_c_checkpoints_and_resume_continues(tmp_path):
+    config = demo_config(tmp_path, stages=[], steps=40)
+    runs = tmp_path / "runs"
+    proc = undertow_run(str(config), "--runs-dir", str(runs))
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        dirs = list(runs.iterdir()) if runs.exists() else []
+        if dirs and any(r.get("version", 0) >= 8 for r in trainer_rows(dirs[0], "main")):
+            break
+        time.sleep(1)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=300)
+    run_dir = only_run_dir(runs)
+    assert proc.returncode == 130, out[-3000:]
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
+    checkpoints = sorted((run_dir / "checkpoints" / "demo").glob("step-*"))
+    assert checkpoints, "Ctrl-C left no checkpoint"
+    stopped_at = int(checkpoints[-1].name.split("-")[1])
+    assert 8 <= stopped_at < 40
+    assert f"undertow run --resume {run_dir}" in out
+
+    resumed = undertow_run("--resume", str(run_dir))
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out[-3000:]
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "done"
+    steps = [r["version"] for r in trainer_rows(run_dir, "main")]
+    assert max(steps) == 40
+    after = [s for s in steps if s > stopped_at]
+    assert after and min(after) == stopped_at + 1  # continued from the checkpoint, not from scratch
+
+
+def test_bad_config_is_a_clear_error_and_starts_nothing(tmp_path):
+    cfg = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
+    cfg["trainer"]["batching"]["max_stalenes"] = 1
+    cfg["rollout"]["sampling"]["temperature"] = -1
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = undertow_run(str(path), "--runs-dir", str(tmp_path / "runs"))
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    assert "trainer.batching.max_stalenes" in out and "rollout.sampling.temperature" in out
+    assert "greater than 0" in out and "Traceback" not in out
+    assert not (tmp_path / "runs").exists()
