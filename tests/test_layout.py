@@ -61,13 +61,26 @@ def test_readme_paths_exist():
 
 
 def test_readme_first_command_uses_commands_that_exist():
+    import click
     from typer.main import get_command
 
     from infra.cli import app
 
     main_command, _ = readme_commands()
+    assert "undertow run examples/demo.yaml" in main_command and (ROOT / "examples" / "demo.yaml").exists()
     group = get_command(app)
-    for use in re.findall(r"undertow ((?:\w+ ?)+)", main_command):
+    for use in re.findall(r"undertow ((?:[\w-]+ ?)+)", main_command):
         words = use.split()
         assert words[0] in group.commands, f"README runs `undertow {use}`"
-        assert words[1] in group.commands[words[0]].commands, f"README runs `undertow {use}`"
+        sub = group.commands[words[0]]
+        if isinstance(sub, click.Group):
+            assert words[1] in sub.commands, f"README runs `undertow {use}`"
+
+
+def test_every_shipped_config_loads():
+    from infra.run_config import load_run_config
+
+    configs = sorted((ROOT / "examples").glob("*.yaml"))
+    assert len(configs) >= 4
+    for path in configs:
+        load_run_config(path)
