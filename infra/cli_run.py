@@ -12,8 +12,6 @@ from rich.table import Table
 
 from infra.cli_common import console, user_errors
 from infra.metrics_log import MetricsRecorder, read_metrics
-from infra.run import Run, install_stop_handler, new_run_dir
-from infra.run_config import load_run_config
 
 # (label, component prefix, metric) shown in the live view.
 LIVE_ROWS = [
@@ -36,6 +34,10 @@ def run(config: Optional[Path] = typer.Argument(None, exists=True, dir_okay=Fals
         steps: Optional[int] = typer.Option(None, min=1, help="Trainer steps of a single-stage run (overrides run.steps)."),
         live: Optional[bool] = typer.Option(None, help="Live view (default: run.live when on a terminal).")) -> None:
     """Run feeder, rollout workers, processors and trainer against one broker until the steps are done."""
+    # Imported here: every stage's config comes with them, and each stage process starts this CLI.
+    from infra.run import Run, install_stop_handler, new_run_dir
+    from infra.run_config import load_run_config
+
     with user_errors():
         if (config is None) == (resume is None):
             raise ValueError("give either CONFIG or --resume RUN_DIR")
@@ -83,7 +85,7 @@ def _table(stage: str, recorder: MetricsRecorder) -> Table:
 
 
 def _live_view(screen: Live):
-    def view(run: Run, stage: str, recorder: MetricsRecorder) -> None:
+    def view(run: object, stage: str, recorder: MetricsRecorder) -> None:
         screen.update(_table(stage, recorder))
     return view
 
@@ -91,7 +93,7 @@ def _live_view(screen: Live):
 def _log_view(every_s: float = 10.0):
     last = [0.0]
 
-    def view(run: Run, stage: str, recorder: MetricsRecorder) -> None:
+    def view(run: object, stage: str, recorder: MetricsRecorder) -> None:
         if time.time() - last[0] < every_s:
             return
         last[0] = time.time()

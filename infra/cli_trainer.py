@@ -10,11 +10,12 @@ from pydantic import ValidationError
 
 from infra.cli_common import console, user_errors
 from infra.config import ConfigError, load_yaml, resolve_kafka, validation_message
-from trainer.config import TrainRunConfig
 
 
-def load_train_config(path: Path) -> TrainRunConfig:
+def load_train_config(path: Path):
     """The namespace, kafka, model and trainer sections of a run config; the others are ignored."""
+    from trainer.config import TrainRunConfig  # torch comes with it: only when training
+
     try:
         return TrainRunConfig.model_validate(load_yaml(path))
     except ValidationError as e:
