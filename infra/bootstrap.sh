@@ -25,6 +25,8 @@ if [ "$(cat "$venv/.undertow-deps" 2>/dev/null)" != "$key" ]; then
   "$venv/bin/pip" install -q --no-deps -r "$root/infra/requirements-nodeps.txt"
   echo "$key" > "$venv/.undertow-deps"
 fi
-"$venv/bin/pip" install -q --no-deps --no-build-isolation -e "$root" 2>&1 | grep -v "^$" >&2 || true
+# Quiet when it works (setuptools is chatty about editable installs); on failure, again with the output.
+"$venv/bin/pip" install -q --no-deps --no-build-isolation -e "$root" >/dev/null 2>&1 \
+  || "$venv/bin/pip" install --no-deps --no-build-isolation -e "$root"
 "$venv/bin/python" -c "from infra import kafka_dist; kafka_dist.classpath()"
 echo "$venv"

@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from infra.broker import LocalKafka
+from schemas.config_errors import validation_message
 from streams import KafkaSettings
 
 
@@ -42,16 +43,6 @@ def load_yaml(path: str | Path) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
-
-
-def validation_message(source: str, error: ValidationError) -> str:
-    """One line per problem: `source: field.path: what was expected (got …)`."""
-    lines = []
-    for e in error.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        got = f" (got {e['input']!r})" if "input" in e and not isinstance(e["input"], dict) else ""
-        lines.append(f"{source}: {loc}: {e['msg']}{got}")
-    return "\n".join(lines)
 
 
 def load_cluster_config(path: str | Path | None) -> ClusterConfig:

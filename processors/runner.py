@@ -7,6 +7,7 @@ record with stage and reason; counters go to the metrics topic; task pass rates 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -113,16 +114,17 @@ def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worke
 
 
 async def publish(io: RecordIO, topics: Topics, out: Output) -> None:
-    """Send what the pipeline produced: ready records, dead letters, task statistics."""
-    for arrival in out.ready:
-        await io.send(topics.ready, arrival.experience, key=arrival.experience.group_id)
+    """Send what the pipeline produced (ready records, dead letters, task statistics) and wait until
+    the broker has acknowledged all of it: only then may the batch's source offsets be committed."""
+    pending = [await io.send(topics.ready, a.experience, key=a.experience.group_id) for a in out.ready]
     for d in out.dropped:
         exp = d.arrival.experience
-        await io.reject(stage=d.stage, reason=d.reason, detail=d.detail, original=encode(exp),
-                        key=exp.group_id.encode(), source_topic=topics.raw if d.arrival.partition is not None else None,
-                        partition=d.arrival.partition, offset=d.arrival.offset, record_id=exp.experience_id)
-    for stat in out.task_stats:
-        await io.send(topics.task_stats, stat, key=stat.task_id)
+        pending.append(await io.reject(
+            stage=d.stage, reason=d.reason, detail=d.detail, original=encode(exp), key=exp.group_id.encode(),
+            source_topic=topics.raw if d.arrival.partition is not None else None, partition=d.arrival.partition,
+            offset=d.arrival.offset, record_id=exp.experience_id))
+    pending += [await io.send(topics.task_stats, stat, key=stat.task_id) for stat in out.task_stats]
+    await asyncio.gather(*pending)
 
 
 async def publish_metrics(io: RecordIO, topics: Topics, pipeline: Pipeline, worker: str) -> None:

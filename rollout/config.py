@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from schemas import ModelSpec
+from schemas.config_errors import validation_message
 from streams import KafkaSettings
 
 from rollout.engines.base import SamplingParams
@@ -113,14 +114,5 @@ def load_run_config(path: str | Path, kind: type[_RunBase]) -> Any:
     try:
         return kind.model_validate(data)
     except ValidationError as e:
-        raise RolloutConfigError(_message(str(path), e)) from None
+        raise RolloutConfigError(validation_message(str(path), e)) from None
 
-
-def _message(source: str, error: ValidationError) -> str:
-    """Same format as infra.config.validation_message (rollout may not import infra)."""
-    lines = []
-    for e in error.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        got = f" (got {e['input']!r})" if "input" in e and not isinstance(e["input"], dict) else ""
-        lines.append(f"{source}: {loc}: {e['msg']}{got}")
-    return "\n".join(lines)

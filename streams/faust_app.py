@@ -70,7 +70,7 @@ class RecordIO:
             return None
 
     async def send(self, topic: str, record: Record, key: str | bytes | None = None) -> Any:
-        """Encode and send a record; resolves when the broker acknowledged it."""
+        """Encode and send a record; returns the delivery future (await it for the broker's ack)."""
         return await self.topic(topic).send(key=as_key(key), value=encode(record))
 
     async def reject(self, *, reason: str, detail: str = "", original: bytes = b"", key: bytes | None = None,
