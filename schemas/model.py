@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import string
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -135,10 +136,17 @@ def _local_dir(spec: ModelSpec) -> str:
         # Dequantizing takes ~30 s on 2 cores: do it once per file.
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        tmp = cache.with_name(cache.name + ".tmp")
+        # Trainer and rollout workers may convert at the same time: each writes its own copy and
+        # the first rename wins.
+        tmp = cache.with_name(f"{cache.name}.tmp-{os.getpid()}")
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
-        tmp.rename(cache)
+        try:
+            tmp.rename(cache)
+        except OSError:
+            if not (cache / "config.json").exists():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
     return str(cache)
 
 
