@@ -37,7 +37,8 @@ def collect(rows: list[dict]) -> dict[str, list[Series]]:
         for name, value in row.items():
             if name in IGNORED or not isinstance(value, (int, float)) or not math.isfinite(value):
                 continue
-            points[(row["component"], name)].append((row["time"] - t0, float(value)))
+            series = f"{row['stage']}/{row['component']}" if "stage" in row else row["component"]
+            points[(series, name)].append((row["time"] - t0, float(value)))
     panels: dict[str, list[Series]] = defaultdict(list)
     for (component, name), pts in sorted(points.items()):
         for panel, pattern in PANELS.items():
@@ -73,11 +74,20 @@ def write_report(run_dir: Path) -> Path:
         fig.tight_layout()
         fig.savefig(out / f"{panel}.png", dpi=100)
         plt.close(fig)
-        lines += [f"## {panel}", "", f"![{panel}]({panel}.png)", "", "| series | first | last | min | max |",
-                  "| --- | --- | --- | --- | --- |"]
-        lines += [f"| {s.component}:{s.name} | {s.values[0]:.4g} | {s.values[-1]:.4g} | {min(s.values):.4g} | "
-                  f"{max(s.values):.4g} |" for s in series]
+        lines += [f"## {panel}", "", f"![{panel}]({panel}.png)", "",
+                  "| series | points | first 10% (mean) | last 10% (mean) | min | max |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        lines += [f"| {s.component}:{s.name} | {len(s.values)} | {_mean(s.values[:_tenth(s)]):.4g} | "
+                  f"{_mean(s.values[-_tenth(s):]):.4g} | {min(s.values):.4g} | {max(s.values):.4g} |" for s in series]
         lines.append("")
     summary = out / "summary.md"
     summary.write_text("\n".join(lines))
     return summary
+
+
+def _tenth(s: Series) -> int:
+    return max(1, len(s.values) // 10)
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)

@@ -38,7 +38,7 @@ def test_status_counts_records_lag_and_latest_version(kafka, namespace):
 def test_report_plots_each_panel_and_summarises(tmp_path):
     rows = [{"component": "trainer", "step": s, "time": 100.0 + s, "loss": 1.0 / (s + 1), "kl": 0.01 * s,
              "tokens_per_s": 500.0} for s in range(10)]
-    rows += [{"component": "processor", "step": None, "time": 100.0 + s, "reward_mean": 0.1 * s,
+    rows += [{"stage": "rl", "component": "processor", "step": None, "time": 100.0 + s, "reward_mean": 0.1 * s,
               "staleness_mean": 1.0} for s in range(10)]
     (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     panels = collect(rows)
@@ -46,7 +46,7 @@ def test_report_plots_each_panel_and_summarises(tmp_path):
     assert [s.name for s in panels["reward"]] == ["reward_mean"]
     assert [s.name for s in panels["throughput"]] == ["tokens_per_s"]
     summary = write_report(tmp_path).read_text()
-    assert "| processor:reward_mean | 0 | 0.9 |" in summary
+    assert "| rl/processor:reward_mean | 10 | 0 | 0.9 |" in summary  # stage-labelled; first/last tenth
     for panel in ("reward", "staleness", "throughput", "loss"):
         assert (tmp_path / "report" / f"{panel}.png").stat().st_size > 1000
 
