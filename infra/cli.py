@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from infra.cli_broker import broker_app
+from infra.cli_history import archive, query, replay
 from infra.cli_processors import process
 from infra.cli_rollout import rollout_cli
 from infra.cli_run import run
@@ -25,6 +26,9 @@ app.command("report")(report)
 app.add_typer(rollout_cli)  # undertow feed, undertow rollout
 app.command("process")(process)
 app.command("train")(train)
+app.command("archive")(archive)
+app.command("query")(query)
+app.command("replay")(replay)
 app.add_typer(broker_app, name="broker")
 app.add_typer(topics_app, name="topics")
 

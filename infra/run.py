@@ -23,7 +23,7 @@ from infra.run_config import RunConfig, Stage, stage_mapping, write_yaml
 from infra.supervisor import Supervisor
 from streams import KafkaSettings, create_topics
 
-STOP_ORDER = ["feeder", "rollout", "trainer", "processors"]  # the trainer checkpoints before processors go
+STOP_ORDER = ["feeder", "rollout", "trainer", "processors", "archive"]  # the trainer checkpoints before processors go
 
 
 @dataclass
@@ -102,6 +102,8 @@ class Run:
         sup.start("trainer", [*cli, "train", str(path), *(["--max-steps", str(steps)] if steps else [])])
         sup.start("rollout", [*cli, "rollout", str(path)])
         sup.start("feeder", [*cli, "feed", str(path)])
+        if self.config.run.archive:
+            sup.start("archive", [*cli, "archive", str(path)])
         try:
             status, message = self._watch(sup, name, recorder)
         finally:
@@ -131,6 +133,8 @@ class Run:
         mapping.pop("run", None)
         mapping["kafka"] = {**(mapping.get("kafka") or {}), "bootstrap_servers": self.kafka.bootstrap_servers}
         mapping.setdefault("trainer", {})["checkpoint_dir"] = str(self.run_dir / "checkpoints")
+        # A run's own broker restarts offsets at 0: its archive must not resume from another run's files.
+        mapping["archive"] = {"root": str(self.run_dir / "archive"), **(mapping.get("archive") or {})}
         if index > 0 and not (stage and stage.model.get("init_from")):
             previous = stage_mapping(self.raw, self.stages()[index - 1])["namespace"]
             mapping.setdefault("model", {})["init_from"] = str(latest_export(self.run_dir / "checkpoints" / previous))

@@ -14,6 +14,7 @@ from processors.config import ProcessorsConfig
 from rollout.config import FeederConfig, RolloutConfig
 from schemas import ModelSpec
 from streams import KafkaSettings
+from streams.archive import ArchiveConfig
 from trainer.config import TrainerConfig
 
 SECTIONS = ("model", "feeder", "rollout", "processors", "trainer")
@@ -45,6 +46,7 @@ class RunSection(BaseModel):
     processor_workers: int = Field(1, ge=1, description="Faust processor workers")
     live: bool = Field(True, description="show the live view in the terminal")
     refresh_s: float = Field(1.0, gt=0, description="live view refresh period")
+    archive: bool = Field(False, description="also run `undertow archive` (the archive section) beside each stage")
 
 
 class RunConfig(BaseModel):
@@ -59,6 +61,7 @@ class RunConfig(BaseModel):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="the rollout workers")
     processors: ProcessorsConfig = Field(default_factory=ProcessorsConfig, description="the stream processors")
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="the trainer")
+    archive: ArchiveConfig = Field(default_factory=ArchiveConfig, description="the Parquet archive (with run.archive)")
     run: RunSection = Field(default_factory=RunSection, description="supervision")
 
 

@@ -104,3 +104,22 @@ def test_bad_config_is_a_clear_error_and_starts_nothing(tmp_path):
     assert "trainer.batching.max_stalenes" in out and "rollout.sampling.temperature" in out
     assert "greater than 0" in out and "Traceback" not in out
     assert not (tmp_path / "runs").exists()
+
+
+def test_smollm2_config_runs_a_step_on_cpu(tmp_path):
+    """The real small LLM (GGUF from PyPI) through the whole loop: one step, shortened generations."""
+    cfg = yaml.safe_load((ROOT / "examples" / "smollm2_gsm.yaml").read_text())
+    cfg["feeder"]["group_size"] = 2
+    cfg["rollout"]["sampling"]["max_new_tokens"] = 8
+    cfg["trainer"]["batching"]["experiences"] = 2
+    cfg["run"]["steps"] = 1
+    path = tmp_path / "smollm2.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    proc = undertow_run(str(path), "--runs-dir", str(tmp_path / "runs"))
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-4000:]
+    run_dir = only_run_dir(tmp_path / "runs")
+    rows = trainer_rows(run_dir, "main")
+    assert rows and rows[-1]["version"] == 1 and rows[-1]["tokens"] > 0
+    export = sorted((run_dir / "checkpoints" / "smollm2").glob("step-*/hf/config.json"))
+    assert export and '"llama"' in export[-1].read_text()  # the real SmolLM2 architecture was trained

@@ -1,0 +1,137 @@
+"""SQL over history: DuckDB views named after the topics, over the Parquet archive or live topics.
+
+Views: `experiences` (experiences.ready), `pairs` (preference pairs on experiences.ready), `raw`
+(experiences.raw), `rejected` (experiences.rejected, plus messages the archiver could not decode),
+`metrics`, `task_stats`, `tasks`. Every row has the record's fields and `kafka_topic`,
+`kafka_partition`, `kafka_offset`, `kafka_timestamp`, `kafka_key`, `namespace`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import duckdb
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+from kafka import KafkaConsumer, TopicPartition
+
+from streams.archive import archived
+from streams.archive_store import ArchivedMessage, ArchiveStore, archive_table, open_filesystem, table_schema
+from streams.settings import KafkaSettings
+
+
+@dataclass(frozen=True)
+class View:
+    """A SQL view: the record kind it holds, from one topic suffix (None: from every topic)."""
+
+    kind: str
+    suffix: str | None
+
+
+VIEWS: dict[str, View] = {
+    "experiences": View("experience", "experiences.ready"),
+    "pairs": View("preference_pair", "experiences.ready"),
+    "raw": View("experience", "experiences.raw"),
+    "rejected": View("rejected", None),
+    "metrics": View("metric", "metrics"),
+    "task_stats": View("task_stat", "task-stats"),
+    "tasks": View("task", "tasks"),
+}
+
+
+def archive_namespaces(root: str) -> list[str]:
+    """The namespaces an archive holds."""
+    fs, base = open_filesystem(root)
+    infos = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True))
+    return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory and not i.base_name.startswith("_"))
+
+
+class History:
+    """A DuckDB connection with one view per topic; `query(sql)` returns an Arrow table."""
+
+    def __init__(self, tables: dict[str, pa.Table | ds.Dataset]):
+        self.con = duckdb.connect()
+        self._sources = tables  # DuckDB scans them lazily: they must outlive the connection's queries
+        for name, table in tables.items():
+            self.con.register(name, table)
+
+    @classmethod
+    def from_archive(cls, root: str, namespaces: list[str] | None = None) -> "History":
+        """Views over the archive under `root` (every namespace it holds, or those given)."""
+        stores = [ArchiveStore(root, ns) for ns in (namespaces or archive_namespaces(root))]
+        fs = open_filesystem(root)[0]
+        tables = {}
+        for name, view in VIEWS.items():
+            paths = [f.path for store in stores for suffix in _suffixes(store, view)
+                     for f in store.files(suffix) if f.kind == view.kind]
+            tables[name] = ds.dataset(paths, schema=table_schema(view.kind), filesystem=fs, format="parquet")
+        return cls(tables)
+
+    @classmethod
+    def from_topics(cls, kafka: KafkaSettings, namespace: str, last: int | None = None) -> "History":
+        """Views over the live topics of `namespace`: the `last` messages of each partition (None: all)."""
+        tables = {}
+        for name, view in VIEWS.items():
+            suffixes = [view.suffix] if view.suffix else ["experiences.rejected"]
+            rows = [t for s in suffixes for t in read_topic(kafka, f"{namespace}.{s}", namespace, last) if t.kind == view.kind]
+            tables[name] = (pa.concat_tables([r.table for r in rows]) if rows
+                            else table_schema(view.kind).empty_table())
+        return cls(tables)
+
+    def query(self, sql: str) -> pa.Table:
+        try:
+            return self.con.sql(sql).to_arrow_table()
+        except duckdb.Error as e:
+            raise ValueError(f"query: {e}") from None
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def _suffixes(store: ArchiveStore, view: View) -> list[str]:
+    if view.suffix:
+        return [view.suffix]
+    infos = store.fs.get_file_info(pafs.FileSelector(f"{store.base}/{store.namespace}", allow_not_found=True))
+    return [i.base_name for i in infos if i.type == pafs.FileType.Directory]
+
+
+@dataclass(frozen=True)
+class KindTable:
+    """The rows of one record kind read from a topic."""
+
+    kind: str
+    table: pa.Table
+
+
+def read_topic(kafka: KafkaSettings, topic: str, namespace: str, last: int | None = None,
+               start: dict[int, int] | None = None, end: dict[int, int] | None = None) -> list[KindTable]:
+    """Messages of a live topic as archive rows, per kind: all, the `last` per partition, or [start, end)."""
+    consumer = KafkaConsumer(**kafka.kafka_python(), enable_auto_commit=False,
+                             max_partition_fetch_bytes=32 << 20, fetch_max_bytes=64 << 20)
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
+        if not parts:
+            raise ValueError(f"topic {topic} not found")
+        consumer.assign(parts)
+        firsts, ends = consumer.beginning_offsets(parts), consumer.end_offsets(parts)
+        bounds = {}
+        for tp in parts:
+            lo = max(firsts[tp], ends[tp] - last) if last is not None else firsts[tp]
+            lo = max(lo, (start or {}).get(tp.partition, lo))
+            hi = min(ends[tp], (end or {}).get(tp.partition, ends[tp]))
+            consumer.seek(tp, lo)
+            bounds[tp] = hi
+        by_kind: dict[str, list[ArchivedMessage]] = defaultdict(list)
+        while any(consumer.position(tp) < hi for tp, hi in bounds.items()):
+            for tp, messages in consumer.poll(timeout_ms=1000).items():
+                for m in messages:
+                    if m.offset < bounds[tp]:
+                        a = archived(m.value or b"", topic, tp.partition, m.offset, m.timestamp, m.key)
+                        by_kind[a.record.kind].append(a)
+                if consumer.position(tp) >= bounds[tp]:
+                    consumer.pause(tp)
+        return [KindTable(kind, archive_table(msgs, topic, namespace)) for kind, msgs in sorted(by_kind.items())]
+    finally:
+        consumer.close()

@@ -1,0 +1,73 @@
+"""A small recorded run: prompt groups with known rewards, in the tiny model's tokens."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from schemas import Experience, MetricEvent, ModelSpec, Record
+from schemas.model import build_tokenizer
+from streams import KafkaSettings, RecordProducer
+
+SPEC = ModelSpec()
+REWARDS = [1.0, 0.0, 0.5, 0.25]  # per sample index: best is 0, worst is 1
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def make_group(g: int, *, version: int = 0) -> list[Experience]:
+    """Group `g-<g>`: prompt "g+g=", sample i answers 2g+i with reward REWARDS[i]."""
+    tok = build_tokenizer(SPEC)
+    prompt_text = f"{g}+{g}="
+    prompt = tok(prompt_text)["input_ids"]
+    out = []
+    for i, reward in enumerate(REWARDS):
+        text = str(2 * g + i)
+        response = tok(text)["input_ids"] + [tok.eos_token_id]
+        out.append(Experience(
+            experience_id=f"g-{g}/{i}", task_id=f"g-{g}", group_id=f"g-{g}", group_size=len(REWARDS),
+            sample_index=i, prompt_text=prompt_text, prompt_tokens=prompt, response_text=text,
+            response_tokens=response, behaviour_logprobs=[-1.0 - i] * len(response), reward=reward,
+            reward_components={"correct": float(i == 0)}, advantages=[reward - 0.4375] * len(response),
+            policy_version=version + g, finish_reason="stop", timestamps={"generated": 1000.0 + g}))
+    return out
+
+
+def recorded_run(groups: int) -> list[Experience]:
+    return [e for g in range(groups) for e in make_group(g)]
+
+
+def metric(step: int, loss: float) -> MetricEvent:
+    return MetricEvent(component="trainer", values={"loss": loss}, step=step)
+
+
+def produce(kafka: KafkaSettings, topic: str, records: list[Record], key_of=lambda r: r.group_id) -> None:
+    with RecordProducer(kafka) as producer:
+        for r in records:
+            producer.send(topic, r, key=key_of(r))
+
+
+def write_config(directory: Path, namespace: str, **sections) -> Path:
+    path = directory / f"{namespace}.yaml"
+    path.write_text(yaml.safe_dump({"namespace": namespace, "model": SPEC.model_dump(), **sections}))
+    return path
+
+
+def env(**extra: str) -> dict[str, str]:
+    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONFAULTHANDLER="1", **extra)
+
+
+def cli(*args: str, timeout: float = 120, **extra_env: str) -> subprocess.CompletedProcess:
+    """Run `undertow …` as a subprocess; fails the test with its output when it fails."""
+    done = subprocess.run([sys.executable, "-m", "infra.cli", *args], env=env(**extra_env), cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-5000:]
+    return done
+
+
+def start_cli(*args: str, **extra_env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "infra.cli", *args], env=env(**extra_env), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
