@@ -9,10 +9,10 @@ from typing import Any, Optional
 
 import typer
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from infra.cli_common import BootstrapOpt, ConfigOpt, NamespaceOpt, cluster, console, user_errors
-from infra.config import ConfigError, load_yaml, resolve_kafka, validation_message
+from infra.config import load_config, load_yaml, resolve_kafka
 from streams import KafkaSettings
 from streams.archive import ArchiveConfig
 
@@ -31,10 +31,7 @@ class ArchiveSections(BaseModel):
 
 
 def load_archive_config(path: Path) -> ArchiveSections:
-    try:
-        return ArchiveSections.model_validate(load_yaml(path))
-    except ValidationError as e:
-        raise ConfigError(validation_message(str(path), e)) from None
+    return load_config(path, ArchiveSections)
 
 
 def archive(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="Run config (YAML)."),

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from infra.cli_common import console, user_errors
-from infra.config import ConfigError, load_cluster_config, load_yaml, resolve_kafka, validation_message
+from infra.config import ConfigError, load_cluster_config, load_config, resolve_kafka
 from processors.config import ProcessorsConfig
 from processors.pipeline import Pipeline
 from schemas import ModelSpec
@@ -28,10 +28,7 @@ class ProcessorsSections(BaseModel):
 
 
 def load_processors_config(path: Path) -> ProcessorsConfig:
-    try:
-        cfg = ProcessorsSections.model_validate(load_yaml(path)).processors
-    except ValidationError as e:
-        raise ConfigError(validation_message(str(path), e)) from None
+    cfg = load_config(path, ProcessorsSections).processors
     try:
         Pipeline.from_config(cfg.pipeline)  # unknown names and wrong arguments fail here, before Kafka
     except (ValueError, TypeError, RuntimeError) as e:

@@ -6,20 +6,16 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from pydantic import ValidationError
 
 from infra.cli_common import console, user_errors
-from infra.config import ConfigError, load_yaml, resolve_kafka, validation_message
+from infra.config import load_config, resolve_kafka
 
 
 def load_train_config(path: Path):
     """The namespace, kafka, model and trainer sections of a run config; the others are ignored."""
     from trainer.config import TrainRunConfig  # torch comes with it: only when training
 
-    try:
-        return TrainRunConfig.model_validate(load_yaml(path))
-    except ValidationError as e:
-        raise ConfigError(validation_message(str(path), e)) from None
+    return load_config(path, TrainRunConfig)
 
 
 def train(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="Run config (YAML)."),

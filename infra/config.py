@@ -5,16 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from infra.broker import LocalKafka
-from schemas.config_errors import validation_message
+from schemas.config_io import ConfigError, load_config, load_yaml, validation_message  # noqa: F401 (re-exported)
 from streams import KafkaSettings
-
-
-class ConfigError(ValueError):
-    """A config file that does not validate; the message names the field and what was expected."""
 
 
 class ClusterConfig(BaseModel):
@@ -35,24 +30,9 @@ def default_broker_dir() -> Path:
     return home() / "broker"
 
 
-def load_yaml(path: str | Path) -> dict:
-    try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"{path}: cannot read config: {e}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
-    return data
-
-
 def load_cluster_config(path: str | Path | None) -> ClusterConfig:
     """The cluster section of a config file (defaults when no file)."""
-    if path is None:
-        return ClusterConfig()
-    try:
-        return ClusterConfig.model_validate(load_yaml(path))
-    except ValidationError as e:
-        raise ConfigError(validation_message(str(path), e)) from None
+    return ClusterConfig() if path is None else load_config(path, ClusterConfig)
 
 
 def resolve_kafka(settings: KafkaSettings, broker_dir: Path | None = None) -> KafkaSettings:

@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from schemas import ModelSpec
-from schemas.config_errors import validation_message
+from schemas.config_io import ConfigError, load_config
 from streams import KafkaSettings
 
 from rollout.engines.base import SamplingParams
@@ -99,20 +98,9 @@ class RolloutRunConfig(_RunBase):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="the rollout workers")
 
 
-class RolloutConfigError(ValueError):
-    """A config that does not validate; the message names the field and what was expected."""
+RolloutConfigError = ConfigError  # the name rollout's callers know
 
 
 def load_run_config(path: str | Path, kind: type[_RunBase]) -> Any:
     """Read and validate `kind` (FeedRunConfig / RolloutRunConfig); errors name the field."""
-    try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise RolloutConfigError(f"{path}: cannot read config: {e}") from None
-    if not isinstance(data, dict):
-        raise RolloutConfigError(f"{path}: expected a mapping at the top level")
-    try:
-        return kind.model_validate(data)
-    except ValidationError as e:
-        raise RolloutConfigError(validation_message(str(path), e)) from None
-
+    return load_config(path, kind)

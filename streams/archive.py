@@ -13,7 +13,6 @@ the rejected topic again: the stage that consumes that topic already dead-letter
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Callable
 
