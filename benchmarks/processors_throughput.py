@@ -4,8 +4,9 @@
 
 One worker (`undertow process`, default pipeline) on ~1 KB experiences in groups of 8:
 1. throughput: `--records` are published first, then the worker drains them; experiences/s is
-   measured between 10% and 100% processed (startup excluded); the worker's RSS is read when
-   100k records are processed and at the end.
+   measured between 10% and 100% processed (startup excluded), with the worker's CPU share over
+   that span (the machine is shared: experiences per worker CPU-second is the steadier figure);
+   the worker's RSS is read at every 100k records processed and at the end.
 2. latency: `--latency-seconds` at `--rate` experiences/s; publish -> consumer-received on
    experiences.ready, p50/p99.
 """
@@ -42,7 +43,8 @@ def experience(g: int, i: int, now: float) -> Experience:
 
 
 def publish(kafka: KafkaSettings, topic: str, start: int, groups: int, rate: float | None = None) -> None:
-    with RecordProducer(kafka, linger_ms=20, batch_size=1 << 20) as p:
+    # paced: a short linger, or the publisher's own batching delay counts as processing latency
+    with RecordProducer(kafka, linger_ms=2 if rate else 20, batch_size=1 << 20) as p:
         t0 = time.time()
         for g in range(start, start + groups):
             for i in range(GROUP):
@@ -60,6 +62,12 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def processed(kafka: KafkaSettings, topics: Topics) -> int:
     counts = record_counts(kafka, [topics.ready, topics.rejected])
     return counts[topics.ready] + counts[topics.rejected]
@@ -72,24 +80,32 @@ def throughput(kafka: KafkaSettings, topics: Topics, worker: subprocess.Popen, r
     while time.monotonic() < deadline and worker.poll() is None:
         n = processed(kafka, topics)
         if n >= records // 10 and "start" not in marks:
-            marks["start"], marks["start_n"] = time.monotonic(), n
+            marks["start"], marks["start_n"], marks["start_cpu"] = time.monotonic(), n, cpu_s(worker.pid)
         mark = f"{n // 100_000 * 100}k"
         if n >= 100_000 and mark not in rss:
             rss[mark] = rss_mb(worker.pid)
             print(f"processed {n}: worker RSS {rss[mark]:.1f} MB", flush=True)
         if n >= records:
-            marks["end"] = time.monotonic()
+            marks["end"], marks["end_cpu"] = time.monotonic(), cpu_s(worker.pid)
             rss["end"] = rss_mb(worker.pid)
             break
-        time.sleep(0.2)
+        time.sleep(0.5)  # each look costs the machine a consumer: keep it from competing with the worker
     rate = (records - marks["start_n"]) / (marks["end"] - marks["start"])
-    return {"experiences_per_s": round(rate), "rss_mb": {k: round(v, 1) for k, v in rss.items()}}
+    # CPU share of the worker while draining: ~1.0 means the worker itself is the bottleneck
+    busy = (marks["end_cpu"] - marks["start_cpu"]) / (marks["end"] - marks["start"])
+    # per CPU-second of the worker: what one worker does with a core to itself (the machine is shared)
+    return {"experiences_per_s": round(rate), "worker_cpu_share": round(busy, 2),
+            "experiences_per_worker_cpu_s": round(rate / max(busy, 1e-9)),
+            "rss_mb": {k: round(v, 1) for k, v in rss.items()}}
 
 
 def latency(kafka: KafkaSettings, topics: Topics, start_group: int, rate: float, seconds: float) -> dict:
     consumer = KafkaConsumer(topics.ready, **kafka.kafka_python(), group_id=None, auto_offset_reset="latest")
-    consumer.poll(timeout_ms=1000)
+    while not consumer.assignment():
+        consumer.poll(timeout_ms=200)
     consumer.seek_to_end()
+    for tp in consumer.assignment():  # resolve now: a lazy seek would skip what arrives before it
+        consumer.position(tp)
     groups = int(rate * seconds / GROUP)
     import threading
 

@@ -7,8 +7,9 @@ A processor is either
   and/or `process_group(group: list[Experience]) -> list[Experience] | Reject` for whole prompt
   groups, and/or `process_batch(exps) -> list[Experience | list | None | Reject]` (one result per
   input, for scorers that batch).
-A class may also define `bind(stores)` to receive named state stores (processors/state.py), and
-`task_stats()` to hand out TaskStat records for the task-stats topic.
+A class may also define `bind(stores)` to receive named state stores (processors/state.py),
+`flush()` to write the state a batch changed (called once after each batch), and `task_stats()`
+to hand out TaskStat records for the task-stats topic.
 """
 
 from __future__ import annotations
@@ -82,6 +83,11 @@ class Stage:
         if isinstance(result, Reject):
             return result
         return list(result or [])
+
+    def flush(self) -> None:
+        flush = getattr(self.impl, "flush", None)
+        if callable(flush):
+            flush()
 
     def task_stats(self) -> list[Any]:
         stats = getattr(self.impl, "task_stats", None)

@@ -33,6 +33,10 @@ class Clean:
         if self.dedupe is not None:
             self.window = DedupeWindow(context.store("dedupe"), window_s=self.window_s, max_entries=self.max_entries)
 
+    def flush(self) -> None:
+        if self.window is not None:
+            self.window.flush()
+
     def process(self, exp: Experience) -> Experience | Reject:
         n = len(exp.response_tokens)
         if self.empty == "drop" and _empty(exp):
@@ -70,8 +74,14 @@ def _non_finite(exp: Experience) -> str | None:
     for name, value in exp.reward_components.items():
         if not math.isfinite(value):
             return f"reward_components.{name} {value}"
-    if any(not math.isfinite(v) for v in exp.behaviour_logprobs):
+    if not all_finite(exp.behaviour_logprobs):
         return "a behaviour log-prob"
-    if any(not math.isfinite(v) for v in exp.advantages):
+    if not all_finite(exp.advantages):
         return "an advantage"
     return None
+
+
+def all_finite(values: list[float]) -> bool:
+    """NaN and infinities propagate into a sum, so a finite sum (one C loop) proves every value
+    finite; only a non-finite sum, which finite values can also reach by overflow, needs the scan."""
+    return math.isfinite(sum(values)) or all(map(math.isfinite, values))

@@ -26,7 +26,7 @@ class Arrival:
     _encoded: bytes | None = field(default=None, repr=False, compare=False)
 
     def encoded(self) -> bytes:
-        """The experience's wire bytes, encoded once (group state is rewritten on every arrival)."""
+        """The experience's wire bytes, encoded once (an open group is stored again each batch it grows)."""
         if self._encoded is None:
             self._encoded = encode(self.experience)
         return self._encoded
@@ -72,6 +72,7 @@ class GroupBuffer:
     def __init__(self, store: StateStore, *, timeout_s: float, max_open: int):
         self.store, self.timeout_s, self.max_open = store, timeout_s, max_open
         self._open: dict[str, OpenGroup] = {}  # insertion order = first seen order
+        self._dirty: set[str] = set()  # open groups changed since the last flush
 
     def __len__(self) -> int:
         return len(self._open)
@@ -118,11 +119,20 @@ class GroupBuffer:
     def _after_change(self, group: OpenGroup) -> Closed | None:
         if group.complete:
             return self._close(group, timed_out=False)
-        self.store.put(group.group_id.encode(), group.to_bytes(), group.group_id.encode())
+        self._dirty.add(group.group_id)
         return None
+
+    def flush(self) -> None:
+        """Store each group changed since the last flush once: a group that completes within a batch
+        is never written, and one that gained several samples is written once, not per sample."""
+        for group_id in self._dirty:
+            key = group_id.encode()
+            self.store.put(key, self._open[group_id].to_bytes(), key)
+        self._dirty.clear()
 
     def _close(self, group: OpenGroup, timed_out: bool) -> Closed:
         del self._open[group.group_id]
+        self._dirty.discard(group.group_id)
         key = group.group_id.encode()
         if self.store.get(key) is not None:
             self.store.delete(key, key)

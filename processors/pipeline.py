@@ -172,14 +172,16 @@ class Pipeline:
         out.dropped.append(Dropped(arrival, stage, reason, detail))
 
     def _finish(self, out: Output) -> None:
-        """Stamp what is ready with the "processed" time and collect task statistics."""
+        """Stamp what is ready with the "processed" time, collect task statistics, and write the
+        state this batch changed (once per batch: each write may be a changelog record)."""
         now = self.context.clock()
         for arrival in out.ready:
             arrival.experience.timestamps = {**arrival.experience.timestamps, "processed": now}
         for stage in self.stages:
             out.task_stats += stage.task_stats()
-        for stage in self.stages:
-            out.task_stats += stage.task_stats()
+            stage.flush()
+        if self.groups is not None:
+            self.groups.flush()
 
 
 def _reason(message: str) -> tuple[str, str]:

@@ -12,13 +12,26 @@ from __future__ import annotations
 
 import importlib
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Callable
-
-import numpy as np
 
 from schemas import Experience, TaskStat
 from processors.api import processor
 from processors.state import StageContext
+
+
+@dataclass(slots=True)
+class _Tally:
+    """Attempts and successes of one task; a TaskStat record is built only when it is published."""
+
+    taskset: str
+    attempts: int = 0
+    successes: int = 0
+    updated_at: float = 0.0
+
+    @property
+    def pass_rate(self) -> float:
+        return self.successes / self.attempts if self.attempts else 0.0
 
 
 @processor("prioritize")
@@ -31,7 +44,7 @@ class Prioritize:
         self.formula = _import(formula) if formula else None
         self.stats_by, self.max_tasks = stats_by, max_tasks
         self.newest_version = 0
-        self._tasks: OrderedDict[str, TaskStat] = OrderedDict()  # least recently updated first
+        self._tasks: OrderedDict[str, _Tally] = OrderedDict()  # least recently updated first
         self._changed: set[str] = set()
         self.clock = StageContext().clock
 
@@ -40,33 +53,35 @@ class Prioritize:
 
     def process_group(self, group: list[Experience]) -> list[Experience]:
         self.newest_version = max([self.newest_version, *(e.policy_version for e in group)])
-        keys = [self._count(e) for e in group]
-        stats = [self._tasks.get(k) or TaskStat(task_id=k) for k in keys]  # after the whole group counted
-        return [e.model_copy(update={"priority": self._priority(e, s)}) for e, s in zip(group, stats)]
+        now = self.clock()
+        tallies = [self._count(e, now) for e in group]  # read after the whole group counted
+        return [e.model_copy(update={"priority": self._priority(e, t)}) for e, t in zip(group, tallies)]
 
     def task_stats(self) -> list[TaskStat]:
         """TaskStat records changed since the last call (the runner publishes them)."""
-        out = [self._tasks[t] for t in sorted(self._changed) if t in self._tasks]
+        out = [TaskStat(task_id=t, taskset=self._tasks[t].taskset, attempts=self._tasks[t].attempts,
+                        successes=self._tasks[t].successes, updated_at=self._tasks[t].updated_at)
+               for t in sorted(self._changed) if t in self._tasks]
         self._changed.clear()
         return out
 
-    def _count(self, exp: Experience) -> str:
+    def _count(self, exp: Experience, now: float) -> _Tally:
         key = str(exp.metadata.get(self.stats_by, exp.task_id)) if self.stats_by else exp.task_id
-        old = self._tasks.pop(key, None)
-        success = int(exp.reward is not None and exp.reward >= self.success_threshold)
-        stat = TaskStat(task_id=key, taskset=str(exp.metadata.get("taskset", "default")) or "default",
-                        attempts=(old.attempts if old else 0) + 1, successes=(old.successes if old else 0) + success,
-                        updated_at=self.clock())
-        self._tasks[key] = stat
+        tally = self._tasks.pop(key, None) or _Tally(str(exp.metadata.get("taskset", "default")) or "default")
+        tally.attempts += 1
+        tally.successes += int(exp.reward is not None and exp.reward >= self.success_threshold)
+        tally.updated_at = now
+        self._tasks[key] = tally
         self._changed.add(key)
         while len(self._tasks) > self.max_tasks:  # bounded: forget the least recently seen task
             self._changed.discard(self._tasks.popitem(last=False)[0])
-        return key
+        return tally
 
-    def _priority(self, exp: Experience, stat: TaskStat) -> float:
-        abs_adv = float(np.abs(np.asarray(exp.advantages, dtype=np.float64)).mean()) if exp.advantages else 0.0
+    def _priority(self, exp: Experience, tally: _Tally) -> float:
+        # plain Python: numpy's per-call overhead exceeds the work for a few hundred tokens
+        abs_adv = sum(map(abs, exp.advantages)) / len(exp.advantages) if exp.advantages else 0.0
         freshness = 1.0 / (1 + self.newest_version - exp.policy_version)
-        difficulty = 1.0 - stat.pass_rate
+        difficulty = 1.0 - tally.pass_rate
         if self.formula is not None:
             return max(0.0, float(self.formula(abs_adv, freshness, difficulty)))
         wa, wf, wd = self.weights
