@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Optional
 
@@ -51,7 +52,7 @@ def run(config: Optional[Path] = typer.Argument(None, exists=True, dir_okay=Fals
         show = cfg.run.live if live is None else live
         show = show and console.is_terminal
         console.print(f"run directory: [bold]{run_dir}[/bold]", soft_wrap=True)
-        with Live(console=console, refresh_per_second=2, transient=False) if show else _NoLive() as screen:
+        with Live(console=console, refresh_per_second=2, transient=False) if show else nullcontext() as screen:
             runner = Run(cfg, raw, run_dir, view=_live_view(screen) if show else _log_view())
             install_stop_handler(runner)
             outcomes = runner.execute()
@@ -64,14 +65,6 @@ def run(config: Optional[Path] = typer.Argument(None, exists=True, dir_okay=Fals
             console.print(f"resume with: undertow run --resume {run_dir}", soft_wrap=True, highlight=False)
         if runner.state.status != "done":
             raise typer.Exit(1 if runner.state.status == "failed" else 130)
-
-
-class _NoLive:
-    def __enter__(self) -> "_NoLive":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _table(stage: str, recorder: MetricsRecorder) -> Table:

@@ -16,8 +16,7 @@ class MetricsRecorder(threading.Thread):
     def __init__(self, kafka: KafkaSettings, namespace: str, path: Path, labels: dict[str, str] | None = None):
         super().__init__(name="metrics-recorder", daemon=True)
         self.kafka, self.topics, self.path, self.labels = kafka, Topics(namespace), path, labels or {}
-        self.latest: dict[str, MetricEvent] = {}  # component -> newest event
-        self.history: dict[str, list[MetricEvent]] = {}
+        self.latest: dict[str, MetricEvent] = {}  # component -> newest event (the full record is the file)
         self._halt = threading.Event()
         self._lock = threading.Lock()
 
@@ -34,7 +33,6 @@ class MetricsRecorder(threading.Thread):
                                           "time": event.time, **event.values}) + "\n")
                     with self._lock:
                         self.latest[event.component] = event
-                        self.history.setdefault(event.component, []).append(event)
                 out.flush()
 
     def value(self, component_prefix: str, name: str) -> float | None:
@@ -42,13 +40,6 @@ class MetricsRecorder(threading.Thread):
         with self._lock:
             events = [e for c, e in self.latest.items() if c.startswith(component_prefix) and name in e.values]
         return max(events, key=lambda e: e.time).values[name] if events else None
-
-    def series(self, component_prefix: str, name: str) -> list[tuple[float, float]]:
-        """(time, value) of `name` over the run, from every matching component."""
-        with self._lock:
-            points = [(e.time, e.values[name]) for c, es in self.history.items() if c.startswith(component_prefix)
-                      for e in es if name in e.values]
-        return sorted(points)
 
     def stop(self) -> None:
         self._halt.set()

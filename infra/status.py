@@ -68,12 +68,11 @@ def _latest_version(consumer: KafkaConsumer, topic: str, parts: list[TopicPartit
     consumer.assign(parts)
     for tp in parts:
         consumer.seek(tp, max(0, ends[tp] - 8))
-    best = None
+    versions = []
     for batch in consumer.poll(timeout_ms=3000).values():
         for m in batch:
             try:
-                update = decode(m.value, expect=WeightUpdate)
+                versions.append(decode(m.value, expect=WeightUpdate).version)
             except DecodeError:
                 continue
-            best = max(best or 0, update.version) if best is not None else update.version
-    return best
+    return max(versions, default=None)

@@ -55,9 +55,6 @@ class Supervisor:
         """Children that are no longer running."""
         return [c for c in self.children if c.returncode is not None]
 
-    def running(self) -> list[Child]:
-        return [c for c in self.children if c.returncode is None]
-
     def stop(self, names: list[str] | None = None, timeout: float = 60.0) -> None:
         """SIGTERM the named children (all by default) in the given order, each waited for in turn."""
         chosen = [c for n in names for c in self.children if c.name == n] if names else list(self.children)
@@ -70,8 +67,3 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 os.killpg(child.proc.pid, signal.SIGKILL)
                 child.proc.wait(10)
-
-    def wait(self, name: str, timeout: float | None = None) -> int:
-        """Wait for one child to exit on its own; its return code."""
-        child = next(c for c in self.children if c.name == name)
-        return child.proc.wait(timeout)
