@@ -2,7 +2,8 @@
 
 Every node is a combined broker + controller. The cluster's layout (ports, cluster id) is kept in
 `<data>/cluster.json`, so `down` then `up` with the same data directory brings the same cluster
-back with its data, and `status` / `down` work from another process.
+back with its data, and `status` / `down` work from another process. With `sasl_users` the client
+listener asks for a SASL/PLAIN login (the controller listener stays on loopback PLAINTEXT).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -19,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from infra import kafka_dist
+from streams.settings import KafkaSettings
 
 STATE_FILE = "cluster.json"
 
@@ -39,6 +42,7 @@ class ClusterState:
     nodes: list[Node]
     kafka_version: str
     extra: dict[str, str] = field(default_factory=dict)
+    sasl_users: dict[str, str] = field(default_factory=dict)  # user -> password; empty: no login
 
 
 def free_port_block(count: int, start: int = 20000, stop: int = 60000) -> int:
@@ -72,22 +76,25 @@ class LocalKafka:
     """Start, stop and inspect a KRaft cluster of `nodes` nodes whose data lives in `data_dir`.
 
     Node i (0-based) listens on `port + 2i` (clients) and `port + 2i + 1` (controller).
-    With 3 nodes topics get replication factor 3 and min.insync.replicas 2.
+    With 3 nodes topics get replication factor 3 and min.insync.replicas 2. `sasl_users` (user ->
+    password) turns the client listener into SASL_PLAINTEXT with mechanism PLAIN.
     """
 
     def __init__(self, data_dir: str | Path, port: int = 9092, nodes: int = 1, heap: str = "512m",
-                 extra: dict[str, str] | None = None):
+                 extra: dict[str, str] | None = None, sasl_users: dict[str, str] | None = None):
         self.data_dir = Path(data_dir).resolve()
         self.heap = heap
         state = self._load()
         if state is None:
             if nodes not in (1, 3):
                 raise ValueError(f"nodes: expected 1 or 3, got {nodes}")
+            _check_sasl_users(sasl_users or {})
             state = ClusterState(
                 cluster_id=_cluster_id(),
                 nodes=[Node(i + 1, port + 2 * i, port + 2 * i + 1) for i in range(nodes)],
                 kafka_version=kafka_dist.kafka_version(),
                 extra=dict(extra or {}),
+                sasl_users=dict(sasl_users or {}),
             )
         self.state = state
 
@@ -96,6 +103,19 @@ class LocalKafka:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"127.0.0.1:{n.port}" for n in self.state.nodes)
+
+    @property
+    def listener(self) -> str:
+        """The client listener's name, which is also its security protocol."""
+        return "SASL_PLAINTEXT" if self.state.sasl_users else "PLAINTEXT"
+
+    def settings(self) -> KafkaSettings:
+        """Client settings for this cluster; with SASL, logged in as the first user."""
+        if not self.state.sasl_users:
+            return KafkaSettings(bootstrap_servers=self.bootstrap_servers)
+        user, password = next(iter(self.state.sasl_users.items()))
+        return KafkaSettings(bootstrap_servers=self.bootstrap_servers, security_protocol="SASL_PLAINTEXT",
+                             sasl_mechanism="PLAIN", sasl_username=user, sasl_password=password)
 
     @property
     def replication_factor(self) -> int:
@@ -155,7 +175,9 @@ class LocalKafka:
                 raise RuntimeError(f"Kafka node(s) {died} exited while starting; see "
                                    f"{self.data_dir}/node-*/server.log\n{logs}")
             try:
-                admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, request_timeout_ms=5000)
+                # A short reconnect backoff: kafka-python's grows to 30 s while the port is still closed.
+                admin = KafkaAdminClient(**self.settings().kafka_python(), request_timeout_ms=5000,
+                                         reconnect_backoff_max_ms=500)
                 try:
                     seen = {b["broker_id"] for b in admin.describe_cluster()["brokers"] if not b.get("is_fenced")}
                 finally:
@@ -211,11 +233,11 @@ class LocalKafka:
             "process.roles": "broker,controller",
             "node.id": node.node_id,
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "listeners": f"{self.listener}://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": f"{self.listener}://127.0.0.1:{node.port}",
             "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": self.listener,
+            "listener.security.protocol.map": f"{self.listener}:{self.listener},CONTROLLER:PLAINTEXT",
             "log.dirs": self._node_dir(node) / "log",
             "default.replication.factor": self.replication_factor,
             "min.insync.replicas": 2 if n >= 3 else 1,
@@ -236,9 +258,24 @@ class LocalKafka:
             "num.io.threads": 4,
             "num.partitions": 1,
             "offsets.topic.num.partitions": 8,
+            **self._sasl_properties(),
             **self.state.extra,
         }
         return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def _sasl_properties(self) -> dict[str, str]:
+        """PLAIN accounts on the client listener; brokers replicate over it logged in as the first user."""
+        if not self.state.sasl_users:
+            return {}
+        user, password = next(iter(self.state.sasl_users.items()))
+        accounts = " ".join(f'user_{u}="{p}"' for u, p in self.state.sasl_users.items())
+        return {
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                f'username="{user}" password="{password}" {accounts};',
+        }
 
     def _signal(self, node: Node, sig: int) -> None:
         if _alive(node.pid):
@@ -260,11 +297,24 @@ class LocalKafka:
             return None
         raw = json.loads(path.read_text())
         return ClusterState(cluster_id=raw["cluster_id"], nodes=[Node(**n) for n in raw["nodes"]],
-                            kafka_version=raw["kafka_version"], extra=raw.get("extra", {}))
+                            kafka_version=raw["kafka_version"], extra=raw.get("extra", {}),
+                            sasl_users=raw.get("sasl_users", {}))
 
     def _save(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.state.sasl_users:  # the passwords sit in cluster.json and server.properties
+            self.data_dir.chmod(0o700)
         (self.data_dir / STATE_FILE).write_text(json.dumps(asdict(self.state), indent=2))
+
+
+def _check_sasl_users(users: dict[str, str]) -> None:
+    """Names and passwords go into a JAAS line inside a properties file: keep them free of its syntax."""
+    for user, password in users.items():
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", user):
+            raise ValueError(f"sasl_users: user name {user!r} may hold only letters, digits, '.', '_' and '-'")
+        if not password or re.search(r'["\\\s]', password):
+            raise ValueError(f"sasl_users: password of {user!r} must be non-empty, without quotes, "
+                             "backslashes or whitespace")
 
 
 def _waitpid(pid: int) -> None:

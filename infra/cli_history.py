@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from infra.cli_common import BootstrapOpt, ConfigOpt, NamespaceOpt, cluster, console, user_errors
 from infra.config import load_config, load_yaml, resolve_kafka
-from streams import KafkaSettings
+from streams import NAMESPACE_PATTERN, KafkaSettings
 from streams.archive import ArchiveConfig
 
 DEFAULT_ROOT = ArchiveConfig.model_fields["root"].default
@@ -25,7 +25,7 @@ class ArchiveSections(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    namespace: str = Field("undertow", description="topic namespace to archive")
+    namespace: str = Field("undertow", pattern=NAMESPACE_PATTERN, description="topic namespace to archive")
     kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="how to reach the brokers")
     archive: ArchiveConfig = Field(default_factory=ArchiveConfig, description="what to archive, and where")
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from infra.broker import LocalKafka
 from schemas.config_io import ConfigError, load_config, load_yaml, validation_message  # noqa: F401 (re-exported)
-from streams import KafkaSettings
+from streams import NAMESPACE_PATTERN, KafkaSettings
 
 
 class ClusterConfig(BaseModel):
@@ -17,7 +17,7 @@ class ClusterConfig(BaseModel):
 
     model_config = ConfigDict(extra="ignore")  # the other sections belong to other commands
 
-    namespace: str = Field("undertow", description="prefix of every topic name: <namespace>.tasks, …")
+    namespace: str = Field("undertow", pattern=NAMESPACE_PATTERN, description="prefix of every topic name: <namespace>.tasks, …")
     kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="how to reach the brokers")
 
 

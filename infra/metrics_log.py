@@ -41,6 +41,12 @@ class MetricsRecorder(threading.Thread):
             events = [e for c, e in self.latest.items() if c.startswith(component_prefix) and name in e.values]
         return max(events, key=lambda e: e.time).values[name] if events else None
 
+    def last_time(self, component: str) -> float | None:
+        """When `component` last reported (its clock), or None if it has not yet."""
+        with self._lock:
+            event = self.latest.get(component)
+        return event.time if event else None
+
     def stop(self) -> None:
         self._halt.set()
         self.join(10)

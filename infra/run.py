@@ -49,6 +49,7 @@ class StageOutcome:
     status: str
     seconds: float
     message: str = ""
+    restarts: dict[str, int] = field(default_factory=dict)
 
 
 class Run:
@@ -109,10 +110,17 @@ class Run:
         finally:
             sup.stop(STOP_ORDER)
             recorder.stop()
-        return StageOutcome(name, status, time.time() - started, message)
+        restarts = {c.name: c.restarts for c in sup.children if c.restarts}
+        return StageOutcome(name, status, time.time() - started, message, restarts)
 
     def _watch(self, sup: Supervisor, name: str, recorder: MetricsRecorder) -> tuple[str, str]:
-        """Wait for the trainer to finish, a child to die, or a stop request."""
+        """Wait for the trainer to finish, a child to die for good, or a stop request.
+
+        A child that crashes is restarted (up to run.restarts times each): every component resumes
+        from what it committed, so a crash costs time, not data. Once finite tasksets are all
+        published, the stage ends when the trainer has not stepped for run.idle_timeout_s.
+        """
+        idle = self.config.run.idle_timeout_s
         while True:
             if self.stop_requested.is_set():
                 return "interrupted", "stopped by the user"
@@ -120,7 +128,14 @@ class Run:
                 if child.name == "trainer" and child.returncode == 0:
                     return "done", ""
                 if child.name == "feeder" and child.returncode == 0:
+                    if idle and time.time() - (recorder.last_time("trainer") or child.started) >= idle:
+                        return "done", f"every task was used; the trainer had nothing left for {idle:g} s"
                     continue  # the tasksets ran out; workers finish what is queued
+                if child.returncode != 0 and child.restarts < self.config.run.restarts:
+                    print(f"{name}: {child.name} exited with code {child.returncode}; restarting it "
+                          f"({child.restarts + 1}/{self.config.run.restarts})", flush=True)
+                    sup.restart(child)
+                    continue
                 return "failed", (f"{child.name} exited with code {child.returncode}; "
                                   f"its log ({child.log}) ends:\n{child.tail()}")
             if self.view:

@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from infra.config import ConfigError, load_yaml, validation_message
 from processors.config import ProcessorsConfig
 from rollout.config import FeederConfig, RolloutConfig
 from schemas import ModelSpec
-from streams import KafkaSettings
+from streams import NAMESPACE_PATTERN, KafkaSettings
 from streams.archive import ArchiveConfig
 from trainer.config import TrainerConfig
 
@@ -47,6 +47,9 @@ class RunSection(BaseModel):
     live: bool = Field(True, description="show the live view in the terminal")
     refresh_s: float = Field(1.0, gt=0, description="live view refresh period")
     archive: bool = Field(False, description="also run `undertow archive` (the archive section) beside each stage")
+    restarts: int = Field(3, ge=0, description="times each crashed component is restarted before the run fails")
+    idle_timeout_s: float | None = Field(None, gt=0, description="finite tasksets: once all are published, end the "
+                                                                  "stage when the trainer has not stepped this long")
 
 
 class RunConfig(BaseModel):
@@ -54,7 +57,7 @@ class RunConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    namespace: str = Field("undertow", description="topic namespace (stages add -<stage name>)")
+    namespace: str = Field("undertow", pattern=NAMESPACE_PATTERN, description="topic namespace (stages add -<stage name>)")
     kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="brokers; none: a local one is started")
     model: ModelSpec = Field(default_factory=ModelSpec, description="the policy model")
     feeder: FeederConfig = Field(default_factory=FeederConfig, description="the task feeder")
@@ -63,6 +66,14 @@ class RunConfig(BaseModel):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="the trainer")
     archive: ArchiveConfig = Field(default_factory=ArchiveConfig, description="the Parquet archive (with run.archive)")
     run: RunSection = Field(default_factory=RunSection, description="supervision")
+
+    @model_validator(mode="after")
+    def _staleness_agrees(self) -> "RunConfig":
+        worker, trainer = self.rollout.max_staleness, self.trainer.batching.max_staleness
+        if self.trainer.algorithm.objective == "rl" and worker > trainer:
+            raise ValueError(f"rollout.max_staleness ({worker}) must be <= trainer.batching.max_staleness "
+                             f"({trainer}): workers would generate what the trainer rejects as stale")
+        return self
 
 
 def load_run_config(path: str | Path) -> tuple[RunConfig, dict[str, Any]]:

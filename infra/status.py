@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from kafka import KafkaConsumer, TopicPartition
 
 from schemas import DecodeError, WeightUpdate, decode
-from streams import KafkaSettings, Topics, list_topics
+from streams import KafkaSettings, Topics, connect, list_topics
 from streams.admin import admin_client
 
 
@@ -33,7 +33,7 @@ class NamespaceStatus:
 def namespace_status(kafka: KafkaSettings, namespace: str) -> NamespaceStatus:
     """Record counts per topic, lag per consumer group and topic, and the latest policy version."""
     topics = list_topics(kafka, namespace)
-    consumer = KafkaConsumer(**kafka.kafka_python())
+    consumer = connect(KafkaConsumer, kafka)
     try:
         parts = {t: [TopicPartition(t, p) for p in consumer.partitions_for_topic(t) or ()] for t in topics}
         every = [tp for tps in parts.values() for tp in tps]

@@ -19,6 +19,7 @@ class Child:
     log: Path
     proc: subprocess.Popen | None = None
     started: float = field(default_factory=time.time)
+    restarts: int = 0
 
     @property
     def returncode(self) -> int | None:
@@ -40,16 +41,33 @@ class Supervisor:
         self.children: list[Child] = []
 
     def start(self, name: str, argv: list[str]) -> Child:
-        """Launch `argv`; stdout and stderr go to <log_dir>/<name>.log."""
+        """Launch `argv`; stdout and stderr go to <log_dir>/<name>.log, its pid to <name>.pid."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         child = Child(name, argv, self.log_dir / f"{name}.log")
+        self._launch(child)
+        self.children.append(child)
+        return child
+
+    def restart(self, child: Child) -> None:
+        """Launch a crashed child again with the same arguments (it resumes from what it committed)."""
+        child.restarts += 1
+        try:
+            os.killpg(child.proc.pid, signal.SIGKILL)  # what the crashed process left in its group
+        except ProcessLookupError:
+            pass
+        with open(child.log, "a") as out:
+            out.write(f"\n=== undertow: {child.name} exited with code {child.returncode}; "
+                      f"restart {child.restarts} ===\n")
+        self._launch(child)
+
+    def _launch(self, child: Child) -> None:
         with open(child.log, "ab") as out:
             # Own process group: a Ctrl-C in the terminal reaches the supervisor only, which then
             # stops the children in an order that lets the trainer checkpoint first.
-            child.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            child.proc = subprocess.Popen(child.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           env=self.env, start_new_session=True)
-        self.children.append(child)
-        return child
+        child.started = time.time()
+        (self.log_dir / f"{child.name}.pid").write_text(f"{child.proc.pid}\n")
 
     def exited(self) -> list[Child]:
         """Children that are no longer running."""

@@ -22,6 +22,9 @@ class Clean:
                  min_response_tokens: int = 0, max_response_tokens: int | None = None,
                  max_prompt_tokens: int | None = None, dedupe: Literal["sample", "response"] | None = "sample",
                  dedupe_window_s: float = 3600.0, dedupe_max_entries: int = 200_000):
+        if max_response_tokens is not None and min_response_tokens > max_response_tokens:
+            raise ValueError(f"min_response_tokens {min_response_tokens} > max_response_tokens "
+                             f"{max_response_tokens}: every record would be dropped")
         self.empty, self.truncated = empty, truncated
         self.min_tokens, self.max_tokens, self.max_prompt = min_response_tokens, max_response_tokens, max_prompt_tokens
         self.dedupe, self.window_s, self.max_entries = dedupe, dedupe_window_s, dedupe_max_entries

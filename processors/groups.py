@@ -3,11 +3,13 @@
 The state of every open group lives in a StateStore (a Faust table in the runner, so a restarted
 worker resumes its open groups from the changelog), keyed by group id, and is mirrored in memory
 for speed. Memory is bounded: a group leaves when complete, after `timeout_s`, or when more than
-`max_open` groups are open (oldest first).
+`max_open` groups are open (oldest first). The ids of the last `max_open` closed groups are
+remembered (in memory only) so that a late or redelivered sample does not open a phantom group.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import msgpack
@@ -73,6 +75,7 @@ class GroupBuffer:
         self.store, self.timeout_s, self.max_open = store, timeout_s, max_open
         self._open: dict[str, OpenGroup] = {}  # insertion order = first seen order
         self._dirty: set[str] = set()  # open groups changed since the last flush
+        self._closed: OrderedDict[str, None] = OrderedDict()  # recently closed group ids, oldest first
 
     def __len__(self) -> int:
         return len(self._open)
@@ -80,6 +83,8 @@ class GroupBuffer:
     def add(self, arrival: Arrival, now: float) -> Closed | str | None:
         """Buffer one sample: the closed group if it completed it, a reason string if refused, else None."""
         exp = arrival.experience
+        if exp.group_id in self._closed:
+            return "late_sample"
         group = self._group(exp, now)
         if exp.group_size != group.group_size:
             return f"group_size {exp.group_size} != {group.group_size} of earlier samples"
@@ -90,6 +95,8 @@ class GroupBuffer:
 
     def mark_dropped(self, exp: Experience, now: float) -> Closed | None:
         """Count a sample an earlier stage rejected, so its group can still complete."""
+        if exp.group_id in self._closed:
+            return None
         group = self._group(exp, now)
         if exp.sample_index in group.members or exp.sample_index >= group.group_size:
             return None
@@ -133,6 +140,9 @@ class GroupBuffer:
     def _close(self, group: OpenGroup, timed_out: bool) -> Closed:
         del self._open[group.group_id]
         self._dirty.discard(group.group_id)
+        self._closed[group.group_id] = None
+        if len(self._closed) > self.max_open:
+            self._closed.popitem(last=False)
         key = group.group_id.encode()
         if self.store.get(key) is not None:
             self.store.delete(key, key)

@@ -185,8 +185,11 @@ class Pipeline:
 
 
 def _reason(message: str) -> tuple[str, str]:
-    return ("duplicate_sample", "this sample index already arrived") if message == "duplicate_sample" \
-        else ("group_mismatch", message)
+    if message == "duplicate_sample":
+        return message, "this sample index already arrived"
+    if message == "late_sample":
+        return message, "its group was already closed (complete, or timed out)"
+    return "group_mismatch", message
 
 
 def _same_source(arrival: Arrival, exp: Experience) -> Arrival:

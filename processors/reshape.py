@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from schemas import Experience
+from schemas.base import FLOAT32_MAX
 from schemas.registry import Registry
 from processors.advantages import ADVANTAGES
 from processors.api import Reject, processor
@@ -51,6 +52,10 @@ class Reshape:
         for shape in self.shapers:
             shaped = shape(shaped, lengths)
         adv = self.estimator(shaped)  # [G]
+        # Records carry float32: a finite float64 beyond its range would arrive as inf and poison a batch.
+        if not (np.all(np.abs(shaped) <= FLOAT32_MAX) and np.all(np.abs(adv) <= FLOAT32_MAX)):
+            return Reject("non_finite", f"rewards {shaped.tolist()[:8]} give advantages {adv.tolist()[:8]} "
+                                        "outside the float32 range")
         return [_with(e, float(r), float(a)) for e, r, a in zip(group, shaped, adv)]
 
 

@@ -5,15 +5,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from schemas import ModelSpec
 from schemas.config_io import ConfigError, load_config
-from streams import KafkaSettings
+from schemas.registry import Registry, RegistryError
+from streams import NAMESPACE_PATTERN, KafkaSettings
 
+from rollout.engines import engines
 from rollout.engines.base import SamplingParams
+from rollout.rewards import rewards
+from rollout.workflows import workflows
 
 Entry = str | dict[str, Any]  # a registry entry: `name`, dotted path, or {name: …, **kwargs}
+
+
+def _resolvable(registry: Registry, entry: Entry) -> Entry:
+    """Refuse an unknown name or argument while the config is read, not after the model has loaded."""
+    try:
+        registry.resolve(entry)
+    except RegistryError as e:
+        raise ValueError(str(e)) from None
+    return entry
 
 
 def rollout_group(namespace: str) -> str:
@@ -77,11 +90,15 @@ class RolloutConfig(BaseModel):
         None, ge=1, description="experiences a worker may publish per trainer version, times max_staleness+1 (null: no cap)")
     weights_wait_seconds: float = Field(0.05, gt=0, description="pause between checks while admission control waits")
 
+    _check_engine = field_validator("engine")(lambda cls, v: _resolvable(engines, v))
+    _check_workflow = field_validator("workflow")(lambda cls, v: _resolvable(workflows, v))
+    _check_reward = field_validator("reward")(lambda cls, v: _resolvable(rewards, v))
+
 
 class _RunBase(BaseModel):
     model_config = ConfigDict(extra="ignore")  # the other stages' sections are theirs to validate
 
-    namespace: str = Field("undertow", description="topic namespace")
+    namespace: str = Field("undertow", pattern=NAMESPACE_PATTERN, description="topic namespace")
     kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="how to reach the brokers")
     model: ModelSpec = Field(default_factory=ModelSpec, description="the policy model")
 

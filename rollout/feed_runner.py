@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from kafka import KafkaConsumer, TopicPartition
 
 from schemas import TaskStat
-from streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
+from streams import KafkaSettings, RecordConsumer, RecordProducer, Topics, connect
 
 from rollout.config import FeedRunConfig, FeederConfig, rollout_group
 from rollout.feeder import TaskSampler, load_items
@@ -37,7 +37,7 @@ class GroupLag:
     def __init__(self, settings: KafkaSettings, topic: str, group: str):
         self.topic, self.group = topic, group
         # A group member that never subscribes: it reads the group's commits, it does not join.
-        self.consumer = KafkaConsumer(**settings.kafka_python(), group_id=group, enable_auto_commit=False)
+        self.consumer = connect(KafkaConsumer, settings, group_id=group, enable_auto_commit=False)
         self.parts = [TopicPartition(topic, p) for p in sorted(self.consumer.partitions_for_topic(topic) or ())]
         if not self.parts:
             raise ValueError(f"topic {topic} does not exist: run `undertow topics create`")

@@ -74,6 +74,17 @@ class WeightSubscriber(threading.Thread):
             with self._lock:
                 self._ready = assembled
             log.info("weights %s v%d assembled (%d bytes)", chunk.model, chunk.version, len(assembled.blob))
+            self._report_incomplete(assembled.version)
+
+    def _report_incomplete(self, newer: int) -> None:
+        """Versions whose chunks stopped coming (a trainer that died mid-publish) end in the rejected topic."""
+        while self.assembler.incomplete:
+            lost = self.assembler.incomplete.pop(0)
+            detail = f"{lost.received} of {lost.num_chunks} chunks arrived before v{newer} was complete"
+            log.warning("dropping weights %s v%d: %s", lost.model, lost.version, detail)
+            self.producer.reject(self.topics.rejected, stage="weights", reason="incomplete", detail=detail,
+                                 source_topic=self.topics.weights, record_id=f"{lost.model}@v{lost.version}")
+        self.producer.flush()
 
     def _refuse(self, chunk: WeightUpdate, error: WeightIntegrityError) -> None:
         """Log it, tell the rejected topic, keep the current weights."""

@@ -17,17 +17,29 @@ class Assembled:
 
 
 @dataclass
+class Incomplete:
+    """A version given up on: a newer one was complete before all of its chunks came."""
+
+    model: str
+    version: int
+    received: int
+    num_chunks: int
+
+
+@dataclass
 class WeightAssembler:
     """Collects chunks of one model's versions; returns a version once all its chunks are in.
 
     Raises WeightIntegrityError (from `schemas.assemble_weights`) for a version whose chunks do not
     add up; that version is forgotten, the caller keeps its weights. Versions at or below the
     newest one already assembled are ignored (redeliveries, or a late chunk of an old version).
+    Partial versions older than an assembled one are dropped into `incomplete`, for the caller to report.
     """
 
     model: str
     newest: int = -1
     pending: dict[int, dict[int, WeightUpdate]] = field(default_factory=dict)
+    incomplete: list[Incomplete] = field(default_factory=list)
 
     def add(self, chunk: WeightUpdate) -> Assembled | None:
         if chunk.model != self.model or chunk.version <= self.newest:
@@ -40,5 +52,7 @@ class WeightAssembler:
         blob = assemble_weights(chunks.values())
         self.newest = chunk.version
         # Older partial versions can no longer be wanted.
-        self.pending = {v: c for v, c in self.pending.items() if v > chunk.version}
+        for version in [v for v in self.pending if v < chunk.version]:
+            parts = self.pending.pop(version)
+            self.incomplete.append(Incomplete(self.model, version, len(parts), next(iter(parts.values())).num_chunks))
         return Assembled(self.model, chunk.version, blob)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from kafka import TopicPartition
 
-from schemas import MetricEvent, Task, encode
+from schemas import MAX_RECORD_BYTES, Experience, MetricEvent, Task, encode
 from streams import Delivery, KafkaSettings, RecordConsumer, RecordProducer, Topics
 
 from rollout.admission import Admission
@@ -129,12 +129,24 @@ class RolloutWorker:
                                  source_topic=delivery.topic, partition=delivery.partition,
                                  offset=delivery.offset, record_id=task.task_id)
         else:
-            for exp in experiences:
-                self.producer.send(self.topics.raw, exp, key=exp.group_id)
-            self._account(experiences, time.time() - started)
+            sent = [exp for exp in experiences if self._publish(exp)]
+            if sent:
+                self._account(sent, time.time() - started)
         # commit() flushes the producer first: the experiences are acknowledged before the offset moves.
         self.consumer.commit({TopicPartition(delivery.topic, delivery.partition): delivery.offset + 1})
         self.stats.tasks += 1
+
+    def _publish(self, exp: Experience) -> bool:
+        """Send one experience; one larger than any reader accepts goes to the rejected topic instead
+        (past the Kafka message limit the producer would raise and stop the worker on every retry)."""
+        data = encode(exp)
+        if len(data) > MAX_RECORD_BYTES:
+            self.producer.reject(self.topics.rejected, stage="rollout", reason="too_large",
+                                 detail=f"{len(data)} bytes > max_bytes {MAX_RECORD_BYTES}", original=data,
+                                 key=exp.group_id.encode(), record_id=exp.experience_id)
+            return False
+        self.producer.send_bytes(self.topics.raw, data, key=exp.group_id)
+        return True
 
     def _account(self, experiences: list, seconds: float) -> None:
         tokens = sum(e.num_response_tokens for e in experiences)

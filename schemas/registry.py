@@ -58,6 +58,8 @@ class Registry(Generic[T]):
                 obj = getattr(importlib.import_module(module), attr)
             except (ImportError, AttributeError) as e:
                 raise RegistryError(f"{self.kind} {name!r}: cannot import it ({e})") from None
+            if not callable(obj):  # every component is a function or a class
+                raise RegistryError(f"{self.kind} {name!r}: expected a function or class, got {type(obj).__name__}")
             return obj
         raise RegistryError(f"{self.kind} {name!r}: unknown; expected one of {self.names()} or a dotted path")
 

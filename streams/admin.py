@@ -9,6 +9,7 @@ from typing import Iterator
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
 
+from streams.connect import connect
 from streams.settings import KafkaSettings
 from streams.topics import Topics
 
@@ -26,7 +27,7 @@ class TopicInfo:
 
 @contextmanager
 def admin_client(settings: KafkaSettings) -> Iterator[KafkaAdminClient]:
-    admin = KafkaAdminClient(**settings.kafka_python(), request_timeout_ms=30000)
+    admin = connect(KafkaAdminClient, settings, request_timeout_ms=30000)
     try:
         yield admin
     finally:
@@ -92,7 +93,7 @@ def describe_topics(settings: KafkaSettings, names: list[str]) -> list[TopicInfo
 
 def record_counts(settings: KafkaSettings, names: list[str]) -> dict[str, int]:
     """Records currently held per topic (end minus beginning offsets, all partitions)."""
-    consumer = KafkaConsumer(**settings.kafka_python())
+    consumer = connect(KafkaConsumer, settings)
     try:
         out = {}
         for name in names:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from schemas import DecodeError, Rejected, WeightUpdate, decode, record_types
 from streams.archive_store import ArchivedMessage, ArchiveStore
+from streams.connect import connect
 from streams.settings import KafkaSettings
 from streams.topics import CATALOG
 
@@ -93,8 +94,8 @@ class Archiver:
         self.cfg, self.namespace = cfg, namespace
         self.store = ArchiveStore(cfg.root, namespace)
         self.suffix_of = {f"{namespace}.{s}": s for s in cfg.topics}
-        self.consumer = KafkaConsumer(**kafka.kafka_python(), group_id=cfg.consumer_group, enable_auto_commit=False,
-                                      max_partition_fetch_bytes=32 << 20, fetch_max_bytes=64 << 20)
+        self.consumer = connect(KafkaConsumer, kafka, group_id=cfg.consumer_group, enable_auto_commit=False,
+                                max_partition_fetch_bytes=32 << 20, fetch_max_bytes=64 << 20)
         self.buffers: dict[TopicPartition, _Buffer] = {}
         self.stats = ArchiveStats()
         self._assign()

@@ -8,6 +8,7 @@ from typing import Any, Generic, Iterator, TypeVar
 from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 
 from schemas import DecodeError, Record, decode
+from streams.connect import connect
 from streams.producer import RecordProducer
 from streams.settings import KafkaSettings
 
@@ -38,10 +39,12 @@ class RecordConsumer(Generic[R]):
     def __init__(self, settings: KafkaSettings, topics: list[str], *, group_id: str | None,
                  expect: type[R] | tuple[type[Record], ...], rejected_topic: str,
                  producer: RecordProducer | None = None, stage: str = "decode", **overrides: Any):
+        # A crashed member's partitions move to the others after 10 s (kafka-python's default is 45 s).
         kw = dict(group_id=group_id, enable_auto_commit=False, auto_offset_reset="earliest",
-                  max_partition_fetch_bytes=32 << 20, fetch_max_bytes=64 << 20)
+                  max_partition_fetch_bytes=32 << 20, fetch_max_bytes=64 << 20,
+                  session_timeout_ms=10_000, heartbeat_interval_ms=3_000)
         kw.update(overrides)
-        self._consumer = KafkaConsumer(*topics, **settings.kafka_python(), **kw)
+        self._consumer = connect(KafkaConsumer, settings, *topics, **kw)
         self._owns_producer = producer is None
         self._producer = producer or RecordProducer(settings)
         self.expect, self.rejected_topic, self.stage = expect, rejected_topic, stage

@@ -33,6 +33,9 @@ def create_app(app_id: str, settings: KafkaSettings, **overrides: Any) -> faust.
         producer_max_request_size=MAX_MESSAGE_BYTES,
         consumer_max_fetch_size=32 << 20,
         consumer_auto_offset_reset="earliest",
+        # A crashed worker's partitions move to the others after 10 s (Faust's default is 60 s).
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=3.0,
         # Our topics come from the catalog; Faust may still declare its own changelog topics.
         topic_allow_declare=True,
     )

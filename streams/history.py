@@ -19,6 +19,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from streams.archive import archived
 from streams.archive_store import ArchivedMessage, ArchiveStore, archive_table, open_filesystem, table_schema
+from streams.connect import connect
 from streams.settings import KafkaSettings
 
 
@@ -108,8 +109,8 @@ class KindTable:
 def read_topic(kafka: KafkaSettings, topic: str, namespace: str, last: int | None = None,
                start: dict[int, int] | None = None, end: dict[int, int] | None = None) -> list[KindTable]:
     """Messages of a live topic as archive rows, per kind: all, the `last` per partition, or [start, end)."""
-    consumer = KafkaConsumer(**kafka.kafka_python(), enable_auto_commit=False,
-                             max_partition_fetch_bytes=32 << 20, fetch_max_bytes=64 << 20)
+    consumer = connect(KafkaConsumer, kafka, enable_auto_commit=False,
+                       max_partition_fetch_bytes=32 << 20, fetch_max_bytes=64 << 20)
     try:
         parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
         if not parts:

@@ -8,6 +8,7 @@ from kafka import KafkaProducer
 from kafka.producer.future import FutureRecordMetadata
 
 from schemas import MAX_RECORD_BYTES, Record, Rejected, encode
+from streams.connect import connect
 from streams.settings import KafkaSettings
 from streams.topics import MAX_MESSAGE_BYTES
 
@@ -16,18 +17,26 @@ def as_key(key: str | bytes | None) -> bytes | None:
     return key.encode() if isinstance(key, str) else key
 
 
+class DeliveryError(RuntimeError):
+    """Records sent since the last flush that the brokers refused (after every retry)."""
+
+
 class RecordProducer:
     """A kafka-python producer that sends undertow records.
 
     Idempotent with acks=all: a retry after a lost acknowledgement never writes a record twice, and
-    an acknowledged record is on every in-sync replica.
+    an acknowledged record is on every in-sync replica. `flush()` raises DeliveryError if a record
+    sent since the last flush was refused, so offsets are never committed past a lost output.
     """
+
+    _PRUNE_EVERY = 10_000  # sends between dropping acknowledged futures (bounded memory without flushes)
 
     def __init__(self, settings: KafkaSettings, **overrides: Any):
         kw = dict(acks="all", enable_idempotence=True, linger_ms=5, retries=2**31 - 1,
                   max_request_size=MAX_MESSAGE_BYTES, request_timeout_ms=30000, max_block_ms=60000)
         kw.update(overrides)
-        self._producer = KafkaProducer(**settings.kafka_python(), **kw)
+        self._producer = connect(KafkaProducer, settings, **kw)
+        self._unflushed: list[FutureRecordMetadata] = []
 
     def send(self, topic: str, record: Record, key: str | bytes | None = None,
              partition: int | None = None) -> FutureRecordMetadata:
@@ -37,7 +46,11 @@ class RecordProducer:
     def send_bytes(self, topic: str, value: bytes, key: str | bytes | None = None,
                    partition: int | None = None) -> FutureRecordMetadata:
         """Send already-encoded bytes (replays, relays, and tests of hostile input)."""
-        return self._producer.send(topic, value=value, key=as_key(key), partition=partition)
+        future = self._producer.send(topic, value=value, key=as_key(key), partition=partition)
+        self._unflushed.append(future)
+        if len(self._unflushed) >= self._PRUNE_EVERY:
+            self._unflushed = [f for f in self._unflushed if not (f.is_done and f.succeeded())]
+        return future
 
     def reject(self, topic: str, *, stage: str, reason: str, detail: str = "", original: bytes = b"",
                key: bytes | None = None, source_topic: str | None = None, partition: int | None = None,
@@ -48,7 +61,12 @@ class RecordProducer:
         return self.send(topic, rejected, key=record_id or key)
 
     def flush(self, timeout: float | None = None) -> None:
+        """Wait for every record sent so far; raise DeliveryError if any was refused."""
         self._producer.flush(timeout)
+        failed = [f for f in self._unflushed if f.is_done and f.failed()]
+        self._unflushed = [f for f in self._unflushed if not f.is_done]
+        if failed:
+            raise DeliveryError(f"{len(failed)} record(s) not delivered; first: {failed[0].exception!r}")
 
     def close(self, timeout: float | None = None) -> None:
         self._producer.close(timeout)

@@ -6,7 +6,7 @@ import os
 import ssl
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 BOOTSTRAP_ENV = "UNDERTOW_BOOTSTRAP"
 
@@ -21,7 +21,7 @@ class KafkaSettings(BaseModel):
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         "PLAINTEXT", description="Kafka's security.protocol")
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
-        None, description="SASL mechanism when the protocol is SASL_*")
+        None, description="SASL mechanism when the protocol is SASL_* (None: PLAIN)")
     sasl_username: str | None = Field(None, description="SASL user name")
     sasl_password: str | None = Field(None, description="SASL password")
     ssl_cafile: str | None = Field(None, description="CA bundle that signed the brokers' certificates")
@@ -41,6 +41,14 @@ class KafkaSettings(BaseModel):
             raise ValueError(f"expected host:port[,host:port…], got {v!r}")
         return ",".join(hosts)
 
+    @model_validator(mode="after")
+    def _sasl_needs_a_sasl_protocol(self) -> "KafkaSettings":
+        # kafka-python would ignore the mechanism and Faust would switch to SASL: refuse rather than split.
+        if self.sasl_mechanism and not self.sasl:
+            raise ValueError(f"sasl_mechanism: {self.sasl_mechanism} needs security_protocol SASL_PLAINTEXT or "
+                             f"SASL_SSL, not {self.security_protocol}")
+        return self
+
     def with_env(self) -> "KafkaSettings":
         """These settings, with bootstrap_servers taken from $UNDERTOW_BOOTSTRAP when unset."""
         if self.bootstrap_servers is None and os.environ.get(BOOTSTRAP_ENV):
@@ -54,12 +62,16 @@ class KafkaSettings(BaseModel):
             raise ValueError("bootstrap_servers: not set (config, $UNDERTOW_BOOTSTRAP, or `undertow broker up`)")
         return self.bootstrap_servers.split(",")
 
+    @property
+    def sasl(self) -> bool:
+        return self.security_protocol.startswith("SASL_")
+
     def kafka_python(self) -> dict[str, Any]:
         """Keyword arguments for kafka-python's KafkaProducer / KafkaConsumer / KafkaAdminClient."""
         kw: dict[str, Any] = {"bootstrap_servers": self.hosts, "client_id": self.client_id,
                               "security_protocol": self.security_protocol}
-        if self.sasl_mechanism:
-            kw.update(sasl_mechanism=self.sasl_mechanism, sasl_plain_username=self.sasl_username,
+        if self.sasl:
+            kw.update(sasl_mechanism=self.sasl_mechanism or "PLAIN", sasl_plain_username=self.sasl_username,
                       sasl_plain_password=self.sasl_password)
         if "SSL" in self.security_protocol:
             kw.update(ssl_cafile=self.ssl_cafile, ssl_certfile=self.ssl_certfile, ssl_keyfile=self.ssl_keyfile,
@@ -75,9 +87,9 @@ class KafkaSettings(BaseModel):
         import faust
 
         context = self.ssl_context()
-        if self.sasl_mechanism:
+        if self.sasl:
             return faust.SASLCredentials(username=self.sasl_username, password=self.sasl_password,
-                                         mechanism=self.sasl_mechanism, ssl_context=context)
+                                         mechanism=self.sasl_mechanism or "PLAIN", ssl_context=context)
         return faust.SSLCredentials(context) if context else None
 
     def ssl_context(self) -> ssl.SSLContext | None:

@@ -46,6 +46,9 @@ CATALOG: tuple[TopicSpec, ...] = (
 )
 
 
+NAMESPACE_PATTERN = r"^[A-Za-z0-9_-]+$"  # a namespace prefixes topic and consumer-group names
+
+
 class Topics:
     """The catalog's topic names under a namespace: `Topics("demo").ready == "demo.experiences.ready"`."""
 

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from schemas import ModelSpec
 from schemas.registry import RegistryError
-from streams import KafkaSettings
+from streams import NAMESPACE_PATTERN, KafkaSettings
 
 from .algorithms import aggregations, kl_estimators, policy_losses
 
@@ -41,7 +41,8 @@ class EngineConfig(_Section):
     betas: tuple[float, float] = Field((0.9, 0.999), description="Adam betas")
     grad_clip: float = Field(1.0, ge=0, description="max gradient norm (0: no clipping)")
     seed: int = Field(0, description="seed of torch and of the priority sampler")
-    master_port: int = Field(29500, ge=1024, le=65535, description="rendezvous port for a single-process run")
+    master_port: int | None = Field(None, ge=1024, le=65535,
+                                    description="rendezvous port for a single-process run (default: a free one)")
 
     @model_validator(mode="after")
     def _offload_needs_zero(self) -> "EngineConfig":
@@ -117,7 +118,7 @@ class TrainRunConfig(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    namespace: str = Field("undertow", description="topic namespace")
+    namespace: str = Field("undertow", pattern=NAMESPACE_PATTERN, description="topic namespace")
     kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="how to reach the brokers")
     model: ModelSpec = Field(default_factory=ModelSpec, description="the policy model")
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="this stage's settings")

@@ -8,6 +8,7 @@ already set, and so is the world size. On a GPU the same code uses NCCL.
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,14 +34,18 @@ class Process:
         return self.rank == 0
 
 
-def setup_process(master_port: int = 29500) -> Process:
-    """Environment defaults, then `deepspeed.init_distributed` (idempotent)."""
+def setup_process(master_port: int | None = None) -> Process:
+    """Environment defaults, then `deepspeed.init_distributed` (idempotent).
+
+    A launcher (deepspeed, torchrun) sets the rendezvous variables; a single process alone picks
+    `master_port` or a free port, so that two trainers on one machine never collide.
+    """
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "undertow" / "torch_extensions"))
     gpu = torch.cuda.is_available()
     if not gpu:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    for name, value in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(master_port)), ("RANK", "0"),
+    for name, value in (("MASTER_ADDR", "127.0.0.1"), ("MASTER_PORT", str(master_port or free_port())), ("RANK", "0"),
                         ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
         os.environ.setdefault(name, value)
     import deepspeed
@@ -51,6 +56,12 @@ def setup_process(master_port: int = 29500) -> Process:
     if gpu:
         torch.cuda.set_device(device)
     return Process(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), device)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def deepspeed_config(cfg: EngineConfig, world_size: int) -> dict[str, Any]:

@@ -79,7 +79,8 @@ class Feed:
         return len(deliveries)
 
     def _admit(self, item: Item, version: int, now: float) -> None:
-        if item.record_id in self.trained or self.assembler.duplicate_of_open(item):
+        rid = item.record_id
+        if rid in self.trained or rid in self.window or self.assembler.duplicate_of_open(item):
             self.counts.duplicates += 1
             self.offsets.seen(item.partition, item.offset, held=False)
             return

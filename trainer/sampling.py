@@ -20,10 +20,14 @@ class Window:
     def __init__(self, capacity: int, prioritized: bool = False, seed: int = 0):
         self.capacity, self.prioritized = capacity, prioritized
         self._groups: deque[Group] = deque()
+        self._ids: set[str] = set()
         self._rng = random.Random(seed)
 
     def __len__(self) -> int:
         return len(self._groups)
+
+    def __contains__(self, record_id: str) -> bool:
+        return record_id in self._ids
 
     @property
     def full(self) -> bool:
@@ -39,11 +43,13 @@ class Window:
 
     def put(self, group: Group) -> None:
         self._groups.append(group)
+        self._ids.update(i.record_id for i in group.items)
 
     def remove(self, keep: Callable[[Group], bool]) -> list[Group]:
         """Take out the groups `keep` refuses (e.g. stale ones) and return them."""
         dropped = [g for g in self._groups if not keep(g)]
         self._groups = deque(g for g in self._groups if keep(g))
+        self._forget(dropped)
         return dropped
 
     def ready(self, experiences: int | None, token_budget: int | None) -> bool:
@@ -64,7 +70,11 @@ class Window:
             used_records, used_tokens = used_records + len(g.items), used_tokens + g.tokens
         taken = {id(g) for g in batch}
         self._groups = deque(g for g in self._groups if id(g) not in taken)
+        self._forget(batch)
         return batch
+
+    def _forget(self, groups: list[Group]) -> None:
+        self._ids.difference_update(i.record_id for g in groups for i in g.items)
 
     def _draw_order(self) -> list[Group]:
         groups = list(self._groups)

@@ -51,6 +51,16 @@ def test_a_dropped_sample_still_completes_its_group():
     assert h.reasons() == [("clean", "empty")]
 
 
+def test_a_late_sample_of_a_closed_group_opens_no_phantom_group():
+    h = Harness(["clean", "reshape"], group_timeout_s=10)
+    a = group("a", [1.0, 0.0])
+    h.feed(a)
+    h.feed([exp("a", 1, 2, 0.5, text="a regenerated answer"), a[0]])  # redelivered: new content, then a copy
+    h.advance(11)
+    assert [e.experience_id for e in h.ready] == ["a/0", "a/1"] and len(h.pipeline.groups) == 0
+    assert sorted(h.reasons()) == [("assemble", "late_sample"), ("clean", "duplicate")]
+
+
 def test_zero_variance_groups_are_dropped_by_dynamic_sampling():
     h = Harness([{"name": "reshape", "dynamic_sampling": True}])
     h.feed(group("same", [1.0, 1.0, 1.0]) + group("mixed", [1.0, 0.0]))

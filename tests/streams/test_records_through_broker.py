@@ -106,3 +106,22 @@ def test_a_record_decoded_from_the_topic_equals_what_was_sent(kafka, namespace):
     message = next(iter(c))
     c.close()
     assert message.value == encode(record) and decode(message.value) == record
+
+
+def test_flush_raises_when_the_broker_refused_a_record(kafka, namespace):
+    """A refused send must stop the caller before it commits the offsets the record covered."""
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    from streams import DeliveryError, connect
+
+    topic = f"{namespace}.tiny-messages"
+    admin = connect(KafkaAdminClient, kafka)
+    admin.create_topics([NewTopic(topic, 1, 1, topic_configs={"max.message.bytes": "2048"})])
+    admin.close()
+    producer = RecordProducer(kafka)
+    producer.send_bytes(topic, b"x" * 100)
+    producer.flush()  # accepted: no error
+    producer.send_bytes(topic, b"x" * 100_000)
+    with pytest.raises(DeliveryError, match="1 record"):
+        producer.flush()
+    producer.close()

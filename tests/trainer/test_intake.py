@@ -87,3 +87,15 @@ def test_prioritized_window_draws_high_priority_groups_first():
     w = Window(capacity=2)
     w.put(groups(("x", 1, 1, 1))[0]), w.put(groups(("y", 1, 1, 1))[0])
     assert w.full
+
+
+def test_window_knows_the_records_it_holds_until_taken_or_dropped():
+    """A redelivered copy of a record waiting in the window must be seen as a duplicate (trained once)."""
+    w = Window(capacity=10)
+    g, h = groups(("g", 2, 1, 1), ("h", 2, 1, 1))
+    w.put(g), w.put(h)
+    assert "g/0" in w and "h/1" in w
+    w.take(experiences=2, token_budget=None)
+    assert "g/0" not in w and "h/0" in w
+    w.remove(lambda group: group.group_id != "h")
+    assert "h/0" not in w and len(w) == 0

@@ -1,0 +1,169 @@
+"""Fault injection: the demo loop on a 3-broker KRaft cluster survives a SIGKILL of any one part.
+
+Each test runs RL from one shared SFT warm-up on a finite taskset (the stage ends once the trainer
+has drained everything), SIGKILLs one component mid-run (its whole process group, as if its machine
+died) or one broker (then brings it back), and checks the experience log against the trainer's
+ledger: every experience id published is trained exactly once or sits in the rejected topic with a
+reason — none lost, none trained twice — and the policy kept improving after the fault.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra.broker import LocalKafka, free_port_block
+from infra.metrics_log import read_metrics
+from infra.run import latest_export
+from kafka import KafkaConsumer, TopicPartition
+
+from schemas import Experience, Rejected, decode
+from streams import KafkaSettings, Topics
+
+pytestmark = [pytest.mark.broker, pytest.mark.cluster, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+TASKS = 800  # x 8 samples = 100 trainer steps of 64
+FAULT_AT_STEP = 20
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    local = LocalKafka(tmp_path_factory.mktemp("faults"), port=free_port_block(6), nodes=3, heap="384m").start()
+    yield local
+    local.stop()
+
+
+@pytest.fixture(scope="module")
+def warm_start(cluster, tmp_path_factory) -> Path:
+    """The demo's SFT warm-up, run once: the RL runs start from its last export."""
+    tmp = tmp_path_factory.mktemp("warmup")
+    cfg = demo(namespace="fault-warmup", steps=60)
+    cfg["feeder"]["group_size"] = 1
+    cfg["rollout"]["workflow"] = "reference"
+    cfg["processors"]["pipeline"] = ["clean"]
+    cfg["trainer"].update(engine={"lr": 3.0e-3}, batching={"experiences": 32}, algorithm={"objective": "sft"})
+    run_dir = finish(start_run(cfg, tmp, cluster), tmp / "runs")
+    return latest_export(run_dir / "checkpoints" / "fault-warmup")
+
+
+@pytest.mark.parametrize("fault", ["rollout", "processors", "trainer", "broker"])
+def test_the_loop_survives_a_sigkill(fault, cluster, warm_start, tmp_path):
+    namespace = f"fault-{fault}"
+    cfg = demo(namespace=namespace, steps=None)
+    cfg["model"]["init_from"] = str(warm_start)
+    cfg["feeder"].update(epochs=1, tasksets=[{"name": "sums", "source": {"name": "sums", "size": TASKS,
+                                                                        "max_operand": 9}}])
+    cfg["trainer"]["checkpoint_every"] = 10  # a killed trainer resumes from a checkpoint 0-9 steps back
+    cfg["run"]["idle_timeout_s"] = 40  # longer than any recovery: a restart plus a consumer rebalance
+    proc = start_run(cfg, tmp_path, cluster)
+    run_dir = wait_for_step(proc, tmp_path / "runs", FAULT_AT_STEP)
+
+    if fault == "broker":
+        cluster.stop_node(2, kill=True)
+        wait_for_step(proc, tmp_path / "runs", FAULT_AT_STEP + 10)
+        cluster.start_node(2)
+    else:
+        pid = int((run_dir / "logs" / "0-main" / f"{fault}.pid").read_text())
+        os.killpg(pid, signal.SIGKILL)
+
+    finish(proc, tmp_path / "runs")
+    state = json.loads((run_dir / "run.json").read_text())
+    assert state["status"] == "done"
+    if fault != "broker":
+        assert state["stages"][0]["restarts"] == {fault: 1}, state
+    assert cluster.running_nodes() == [1, 2, 3]
+
+    kafka = KafkaSettings(bootstrap_servers=cluster.bootstrap_servers)
+    topics = Topics(namespace)
+    published = {e.experience_id for e in read_all(kafka, topics.raw, Experience)}
+    rejected = {r.record_id: r.reason for r in read_all(kafka, topics.rejected, Rejected) if r.record_id}
+    ledger = [json.loads(line) for line in (run_dir / "checkpoints" / namespace / "ledger.jsonl").read_text().splitlines()]
+    trained = Counter(rid for entry in ledger for rid in entry["ids"])
+
+    assert len(published) >= TASKS * 8
+    lost = published - set(trained) - set(rejected)
+    twice = {rid for rid, n in trained.items() if n > 1}
+    print(f"{fault}: published {len(published)}, trained {len(trained)}, rejected {len(rejected)} "
+          f"{dict(Counter(rejected.values()))}")
+    assert not lost, f"{len(lost)} experiences neither trained nor rejected, e.g. {sorted(lost)[:5]}"
+    assert not twice, f"{len(twice)} experiences trained twice, e.g. {sorted(twice)[:5]}"
+    assert set(trained) <= published
+    assert len(trained) >= 0.8 * len(published), "most experiences should be trained, not rejected"
+
+    rewards = [(r["version"], r["reward_mean"]) for r in read_metrics(run_dir / "metrics.jsonl")
+               if r["component"] == "trainer" and "reward_mean" in r]
+    before = mean([v for step, v in rewards if step <= FAULT_AT_STEP])
+    after = mean([v for step, v in rewards[-20:]])
+    print(f"{fault}: reward before the fault {before:.3f}, last 20 steps {after:.3f}")
+    assert after >= before + 0.03, f"the policy stopped improving after the fault: {before:.3f} -> {after:.3f}"
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def demo(namespace: str, steps: int | None) -> dict:
+    cfg = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
+    cfg["namespace"] = namespace
+    cfg["run"].update(name=namespace, stages=[], steps=steps)
+    return cfg
+
+
+def start_run(cfg: dict, tmp: Path, cluster: LocalKafka) -> subprocess.Popen:
+    path = tmp / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "UNDERTOW_BOOTSTRAP": cluster.bootstrap_servers}
+    return subprocess.Popen([sys.executable, "-m", "infra.cli", "run", str(path), "--runs-dir", str(tmp / "runs"),
+                             "--no-live"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
+
+
+def finish(proc: subprocess.Popen, runs: Path) -> Path:
+    """The run's directory, once `undertow run` has exited successfully."""
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-4000:]
+    (run_dir,) = runs.iterdir()
+    return run_dir
+
+
+def wait_for_step(proc: subprocess.Popen, runs: Path, step: int, timeout: float = 600) -> Path:
+    """The run directory, once the trainer has reported `step`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read()[-4000:]
+        for run_dir in runs.glob("*"):
+            if any(r["component"] == "trainer" and r.get("version", 0) >= step
+                   for r in read_metrics(run_dir / "metrics.jsonl")):
+                return run_dir
+        time.sleep(0.5)
+    raise TimeoutError(f"the trainer did not reach step {step}")
+
+
+def read_all(kafka: KafkaSettings, topic: str, expect: type) -> list:
+    """Every record of `topic` (of type `expect`), from the beginning to its end offsets now."""
+    consumer = KafkaConsumer(**kafka.kafka_python(), enable_auto_commit=False)
+    try:
+        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        end = consumer.end_offsets(parts)
+        out = []
+        while any(consumer.position(tp) < end[tp] for tp in parts):
+            for messages in consumer.poll(timeout_ms=1000).values():
+                out += [decode(m.value, expect=expect) for m in messages if m.offset < end[TopicPartition(m.topic, m.partition)]]
+        return out
+    finally:
+        consumer.close()
+
+
+def mean(values: list[float]) -> float:
+    assert values
+    return sum(values) / len(values)

@@ -1,0 +1,74 @@
+"""Invalid and contradictory configs: every command refuses them before it starts, with exit code 2
+and a message that names the field (no broker is needed: nothing may get that far)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from infra.cli import app
+
+PLUGIN = "tests.hostile.processor_plugins.RaisesWhenBuilt"
+
+# (command, config, what the error must say): one line per hostile config.
+CASES = [
+    ("process", {"processors": {"batch_size": 0, "pipeline": 5}}, ["processors.batch_size", "processors.pipeline"]),
+    ("process", {"processors": {"surprise": 1}}, ["processors.surprise", "Extra inputs are not permitted"]),
+    ("process", {"processors": {"pipeline": ["clean", "tests.hostile.nowhere.fn"]}},
+     ["processors.pipeline", "tests.hostile.nowhere.fn", "cannot import"]),
+    ("process", {"processors": {"pipeline": [{"name": "clean", "max_tokens": 5}]}},
+     ["processors.pipeline", "unexpected argument(s) ['max_tokens']"]),
+    ("process", {"processors": {"pipeline": [{"name": PLUGIN, "level": -1}]}},  # the plugin's own check raises
+     ["processors.pipeline", "level must be >= 0, got -1"]),
+    ("train", {"trainer": {"batching": {"experiences": 8, "token_budget": 512}}},  # contradictory
+     ["trainer.batching", "experiences / token_budget: set exactly one"]),
+    ("train", {"trainer": {"engine": {"offload_optimizer": True, "zero_stage": 0}}},  # contradictory
+     ["trainer.engine", "offload_optimizer: needs zero_stage >= 1"]),
+    ("train", {"trainer": {"engine": {"lr": -1}, "policy_loss": "no_such_loss"}},
+     ["trainer.engine.lr", "greater than 0", "trainer.policy_loss", "no_such_loss"]),
+    ("rollout", {"rollout": {"max_staleness": -1, "reward": "no_such_reward"}},
+     ["rollout.max_staleness", "rollout.reward", "no_such_reward"]),
+    ("rollout", {"rollout": {"workflow": {"name": "single_turn", "turns": 3}}},
+     ["rollout.workflow", "unexpected argument(s) ['turns']"]),
+    ("feed", {"feeder": {"max_lag": 0, "tasksets": [{"name": "bad name!", "source": "arithmetic"}]}},
+     ["feeder.max_lag", "feeder.tasksets.0.name"]),
+    ("run", {"run": {"stages": [{"name": "rl"}], "processor_workers": 0}},
+     ["run.stages.0.steps", "Field required", "run.processor_workers"]),
+    ("run", {"trainer": {"engine": {"lr": 0.1}}, "run": {"stages": [{"name": "rl", "steps": 2,
+                                                                       "trainer": {"engine": {"lr": -1}}}]}},
+     ["run.stages.0 (rl)", "trainer.engine.lr"]),  # valid on its own, invalid once the stage applies
+    ("run", {"rollout": {"reward": "no_such_reward"}}, ["rollout.reward", "no_such_reward"]),
+    ("run", {"rollout": {"max_staleness": 3}, "trainer": {"batching": {"max_staleness": 1}}},  # contradictory
+     ["rollout.max_staleness (3) must be <= trainer.batching.max_staleness (1)"]),
+    ("run", {"namespace": "bad ns!"}, ["namespace", "should match pattern"]),
+    ("process", {"processors": {"pipeline": [{"name": "clean", "min_response_tokens": 9,  # contradictory
+                                              "max_response_tokens": 4}]}},
+     ["processors.pipeline", "min_response_tokens 9 > max_response_tokens 4"]),
+    ("train", {"namespace": "bad ns!"}, ["namespace", "should match pattern"]),
+]
+
+
+def invoke(tmp_path, command: str, text: str) -> tuple[int, str]:
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    args = [command, str(path), *(["-b", "localhost:1"] if command in ("rollout", "feed") else [])]
+    result = CliRunner().invoke(app, args)
+    return result.exit_code, " ".join(result.output.split())  # rich wraps long lines
+
+
+@pytest.mark.parametrize("command, config, says", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_a_bad_config_is_refused_naming_the_field(tmp_path, command, config, says):
+    code, output = invoke(tmp_path, command, yaml.safe_dump(config))
+    assert code == 2, output
+    assert output.startswith("error:"), output  # one clear line, not a traceback
+    for words in says:
+        assert words in output, (words, output)
+
+
+@pytest.mark.parametrize("command", ["process", "train", "rollout", "feed", "run"])
+def test_a_file_that_is_no_config_is_refused(tmp_path, command):
+    code, output = invoke(tmp_path, command, "trainer: [unclosed\n")
+    assert code == 2 and "cannot read config" in output, output
+    code, output = invoke(tmp_path, command, "- a list\n- not a mapping\n")
+    assert code == 2 and "expected a mapping at the top level" in output, output

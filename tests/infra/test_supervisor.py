@@ -1,0 +1,38 @@
+"""The run's supervisor: children in their own process group, pid files, restart after a crash."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+from infra.supervisor import Supervisor
+
+
+def wait_for(cond, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+def test_a_killed_child_is_restarted_with_its_arguments(tmp_path):
+    sup = Supervisor(tmp_path)
+    starts = tmp_path / "starts"
+    script = f"open({str(starts)!r}, 'a').write('x'); import time; time.sleep(60)"
+    child = sup.start("worker", [sys.executable, "-c", script])
+    first = int((tmp_path / "worker.pid").read_text())
+    assert first == child.proc.pid
+    wait_for(starts.exists)
+    os.killpg(first, signal.SIGKILL)  # its whole process group, as a crashed machine would
+    wait_for(lambda: child.returncode is not None)
+    assert child.returncode == -signal.SIGKILL and sup.exited() == [child]
+
+    sup.restart(child)
+    second = int((tmp_path / "worker.pid").read_text())
+    assert second != first and child.returncode is None and child.restarts == 1
+    assert "worker exited with code -9; restart 1" in child.log.read_text()
+    wait_for(lambda: starts.read_text() == "xx")  # the same command ran again
+    sup.stop()
+    assert sup.exited() == [child]
