@@ -36,13 +36,15 @@ class Admission:
     published_since_latest: int = 0  # experiences published since `latest` was first seen
 
     def trainer_announced(self, version: int) -> None:
-        if version > self.latest:
+        """The trainer's newest version; lower than before when it resumed from a checkpoint."""
+        if version != self.latest:
             self.latest = version
             self.published_since_latest = 0
 
     def weights_loaded(self, version: int) -> None:
         self.held = version
-        self.trainer_announced(version)
+        if version > self.latest:
+            self.trainer_announced(version)
 
     def published(self, experiences: int) -> None:
         self.published_since_latest += experiences

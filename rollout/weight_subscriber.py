@@ -37,7 +37,7 @@ class WeightSubscriber(threading.Thread):
         self._lock = threading.Lock()
         self._ready: Assembled | None = None
         self._halt = threading.Event()
-        self.latest_announced = 0  # highest version seen in any chunk of our model
+        self.latest_announced = 0  # version of the last chunk of our model (lower after a trainer resumed)
         self.refused: list[int] = []
 
     def run(self) -> None:
@@ -64,7 +64,10 @@ class WeightSubscriber(threading.Thread):
     def _handle(self, chunk: WeightUpdate) -> None:
         if chunk.model != self.assembler.model:
             return
-        self.latest_announced = max(self.latest_announced, chunk.version)
+        if chunk.version < self.latest_announced:
+            log.warning("weights %s v%d after v%d: the trainer resumed from a checkpoint; following it back",
+                        chunk.model, chunk.version, self.latest_announced)
+        self.latest_announced = chunk.version
         try:
             assembled = self.assembler.add(chunk)
         except WeightIntegrityError as e:

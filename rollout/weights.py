@@ -31,8 +31,9 @@ class WeightAssembler:
     """Collects chunks of one model's versions; returns a version once all its chunks are in.
 
     Raises WeightIntegrityError (from `schemas.assemble_weights`) for a version whose chunks do not
-    add up; that version is forgotten, the caller keeps its weights. Versions at or below the
-    newest one already assembled are ignored (redeliveries, or a late chunk of an old version).
+    add up; that version is forgotten, the caller keeps its weights. The newest assembled version
+    again is a redelivery and ignored. An older one means the trainer resumed from an earlier
+    checkpoint (the topic has one partition, read in order): the assembler follows it back.
     Partial versions older than an assembled one are dropped into `incomplete`, for the caller to report.
     """
 
@@ -42,8 +43,10 @@ class WeightAssembler:
     incomplete: list[Incomplete] = field(default_factory=list)
 
     def add(self, chunk: WeightUpdate) -> Assembled | None:
-        if chunk.model != self.model or chunk.version <= self.newest:
+        if chunk.model != self.model or chunk.version == self.newest:
             return None
+        if chunk.version < self.newest:
+            self.newest, self.pending = chunk.version - 1, {}
         chunks = self.pending.setdefault(chunk.version, {})
         chunks.setdefault(chunk.chunk_index, chunk)
         if len(chunks) < chunk.num_chunks:

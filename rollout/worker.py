@@ -94,7 +94,7 @@ class RolloutWorker:
         """Between generations: load the newest verified version, if one arrived."""
         self.admission.trainer_announced(self.subscriber.latest_announced)
         ready = self.subscriber.take()
-        if ready is None or ready.version <= self.admission.held:
+        if ready is None or ready.version == self.admission.held:
             return
         self.engine.load_weights(ready.blob)
         self.admission.weights_loaded(ready.version)

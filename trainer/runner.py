@@ -156,6 +156,12 @@ def run(spec: ModelSpec, cfg: TrainerConfig, kafka: KafkaSettings, namespace: st
 
 def _loop(engine: Any, objective: Any, ref_model: Any, cfg: TrainerConfig, process: Process, state: TrainerState,
           leader: Leader | None, root: Path, stop: StopFlag, budget: Budget, pad_id: int) -> None:
+    if state.step > 0:
+        # Resumed: announce the restored version first, so that workers holding weights from steps
+        # this trainer lost (it died after its checkpoint) follow it back.
+        blob = gathered_weights(engine)
+        if leader:
+            leader.publish(blob)
     while True:
         command = broadcast(leader.next_command(stop, budget) if leader else None,
                             leader=process.is_leader, world_size=process.world_size)

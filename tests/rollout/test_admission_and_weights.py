@@ -52,6 +52,21 @@ def test_assembler_joins_chunks_in_any_order_and_ignores_old_versions():
     assert asm.add(chunk_weights("other", 5, b"x", 4)[0]) is None  # another model's update
 
 
+def test_assembler_and_admission_follow_a_trainer_that_resumed_from_a_checkpoint():
+    asm, adm = WeightAssembler("policy"), Admission(max_staleness=1, experiences_per_version=4)
+    assert [asm.add(c) for c in chunks(3, b"weights3")][-1].version == 3
+    adm.weights_loaded(3)
+    adm.published(8)
+    assert adm.reason_to_wait() is not None  # the budget of (1 + 1) * 4 is used up on v3
+    # The trainer died after publishing v3 and resumed from its step-2 checkpoint.
+    rewound = [asm.add(c) for c in chunks(2, b"resumed2")]
+    assert rewound[-1].version == 2 and rewound[-1].blob == b"resumed2"
+    adm.trainer_announced(2)
+    adm.weights_loaded(2)
+    assert adm.held == 2 and adm.reason_to_wait() is None  # follows it back; the budget starts again
+    assert [asm.add(c) for c in chunks(3, b"retrained3")][-1].blob == b"retrained3"
+
+
 def test_assembler_refuses_a_bad_checksum_and_goes_on():
     asm = WeightAssembler("policy")
     bad = chunks(2, b"abcdefgh")
