@@ -33,9 +33,14 @@ def run_mode(base: dict, staleness: int, steps: int, workdir: Path) -> Path:
     cfg["run"]["name"] = f"staleness{staleness}"
     path = workdir / f"staleness{staleness}.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    runs = workdir / "runs"
-    subprocess.run([sys.executable, "-m", "infra.cli", "run", str(path), "--runs-dir", str(runs), "--no-live"],
-                   cwd=ROOT, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL)
+    runs, log = workdir / "runs", workdir / f"staleness{staleness}.log"
+    command = [sys.executable, "-m", "infra.cli", "run", str(path), "--runs-dir", str(runs), "--no-live"]
+    with open(log, "wb") as out:
+        done = subprocess.run(command, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=out,
+                              stderr=subprocess.STDOUT)
+    if done.returncode:  # the workdir is temporary: show why before it goes
+        sys.exit(f"staleness {staleness}: `undertow run` exited {done.returncode}; its output ends:\n"
+                 f"{log.read_text(errors='replace')[-3000:]}")
     return next(runs.glob(f"staleness{staleness}-*"))
 
 
@@ -57,12 +62,13 @@ def main() -> None:
     parser.add_argument("--threshold", type=float, default=0.4, help="reward (mean of 20 steps) to reach")
     args = parser.parse_args()
     base = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
+    result = {}
     with tempfile.TemporaryDirectory() as tmp:
-        result = {name: figures(run_mode(base, s, args.steps, Path(tmp)), args.threshold)
-                  for name, s in (("async", 2), ("sync", 0))}
-    for name, f in result.items():
-        print(f"{name:5s}: reward {f['final_reward']:.3f} at the end, threshold {args.threshold} reached after "
-              f"{f['seconds_to_threshold']:.0f}s, RL wall {f['rl_wall_s']:.0f}s, trainer idle {f['idle_fraction']:.1%}")
+        for name, staleness in (("async", 2), ("sync", 0)):  # each printed when done: a run takes minutes
+            f = result[name] = figures(run_mode(base, staleness, args.steps, Path(tmp)), args.threshold)
+            print(f"{name:5s}: reward {f['final_reward']:.3f} at the end, threshold {args.threshold} reached after "
+                  f"{f['seconds_to_threshold']:.0f}s, RL wall {f['rl_wall_s']:.0f}s, "
+                  f"trainer idle {f['idle_fraction']:.1%}", flush=True)
     a, s = result["async"], result["sync"]
     print(f"time to threshold, sync / async: {s['seconds_to_threshold'] / a['seconds_to_threshold']:.2f}x "
           f"(target >= 1.5x); trainer idle async {a['idle_fraction']:.1%} (target < 10%), "

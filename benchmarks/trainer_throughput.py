@@ -6,13 +6,17 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
-from schemas import Experience, ModelSpec
-from trainer.config import AlgorithmConfig, EngineConfig
-from trainer.engine import build_engine, setup_process
-from trainer.objectives import objectives
-from trainer.step import train_step
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
+
+from schemas import Experience, ModelSpec  # noqa: E402
+from trainer.config import AlgorithmConfig, EngineConfig  # noqa: E402
+from trainer.engine import build_engine, setup_process  # noqa: E402
+from trainer.objectives import objectives  # noqa: E402
+from trainer.step import train_step  # noqa: E402
 
 
 def experiences(groups: int, size: int, prompt_len: int, response_len: int) -> list[Experience]:
