@@ -24,10 +24,9 @@ import yaml
 from infra.broker import LocalKafka, free_port_block
 from infra.metrics_log import read_metrics
 from infra.run import latest_export
-from kafka import KafkaConsumer, TopicPartition
-
-from schemas import Experience, Rejected, decode
+from schemas import Experience, Rejected
 from streams import KafkaSettings, Topics
+from tests.read_topic import read_all
 
 pytestmark = [pytest.mark.broker, pytest.mark.cluster, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -149,23 +148,6 @@ def wait_for_step(proc: subprocess.Popen, runs: Path, step: int, timeout: float 
                 return run_dir
         time.sleep(0.5)
     raise TimeoutError(f"the trainer did not reach step {step}")
-
-
-def read_all(kafka: KafkaSettings, topic: str, expect: type) -> list:
-    """Every record of `topic` (of type `expect`), from the beginning to its end offsets now."""
-    consumer = KafkaConsumer(**kafka.kafka_python(), enable_auto_commit=False)
-    try:
-        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
-        consumer.assign(parts)
-        consumer.seek_to_beginning(*parts)
-        end = consumer.end_offsets(parts)
-        out = []
-        while any(consumer.position(tp) < end[tp] for tp in parts):
-            for messages in consumer.poll(timeout_ms=1000).values():
-                out += [decode(m.value, expect=expect) for m in messages if m.offset < end[TopicPartition(m.topic, m.partition)]]
-        return out
-    finally:
-        consumer.close()
 
 
 def mean(values: list[float]) -> float:

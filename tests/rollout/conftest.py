@@ -7,32 +7,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kafka import KafkaConsumer, TopicPartition
 
-from schemas import Record, decode
-from streams import KafkaSettings
+from tests.read_topic import read_all  # noqa: F401 — the rollout tests import it from here
 
 
 def write_config(path: Path, namespace: str, **sections) -> Path:
     path.write_text(yaml.safe_dump({"namespace": namespace, "model": {"source": "tiny"}, **sections}))
     return path
-
-
-def read_all(kafka: KafkaSettings, topic: str, expect: type[Record] | tuple = Record) -> list:
-    """Every record on a topic right now, in partition order."""
-    consumer = KafkaConsumer(**kafka.kafka_python(), enable_auto_commit=False)
-    try:
-        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        consumer.assign(parts)
-        consumer.seek_to_beginning(*parts)
-        ends = consumer.end_offsets(parts)
-        out = []
-        while any(consumer.position(tp) < ends[tp] for tp in parts):
-            for messages in consumer.poll(timeout_ms=500).values():
-                out += [decode(m.value, expect=expect) for m in messages]
-        return out
-    finally:
-        consumer.close()
 
 
 def wait_for(predicate, timeout: float = 60.0, what: str = "condition"):

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import torch
 import yaml
-from kafka import KafkaConsumer, TopicPartition
 
-from schemas import Experience, ModelSpec, Record, decode
+from schemas import Experience, ModelSpec, Record
 from schemas.logprobs import sequence_logprobs
 from schemas.model import build_model, build_tokenizer
 from streams import KafkaSettings, RecordProducer
+from tests.read_topic import read_all  # noqa: F401 — the trainer tests import it from here
 
 SPEC = ModelSpec()
 PYTHON = sys.executable
@@ -51,21 +51,6 @@ def produce(kafka: KafkaSettings, topic: str, records: list[Record], key_of=lamb
     with RecordProducer(kafka) as producer:
         for r in records:
             producer.send(topic, r, key=key_of(r))
-
-
-def read_all(kafka: KafkaSettings, topic: str, expect=None) -> list[Record]:
-    consumer = KafkaConsumer(**kafka.kafka_python(), enable_auto_commit=False, fetch_max_bytes=64 << 20,
-                             max_partition_fetch_bytes=32 << 20)
-    parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or []]
-    consumer.assign(parts)
-    consumer.seek_to_beginning(*parts)
-    ends = consumer.end_offsets(parts)
-    out = []
-    while any(consumer.position(tp) < ends[tp] for tp in parts):
-        for messages in consumer.poll(timeout_ms=1000).values():
-            out.extend(decode(m.value, expect=expect) for m in messages)
-    consumer.close()
-    return out
 
 
 def write_config(directory: Path, namespace: str, trainer: dict) -> Path:
