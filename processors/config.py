@@ -17,7 +17,8 @@ class ProcessorsConfig(BaseModel):
     pipeline: list[str | dict[str, Any]] = Field(
         default_factory=lambda: list(DEFAULT_PIPELINE),
         description="processors in order: a name, a dotted path, or {name: …, **kwargs}")
-    app_id: str = Field("undertow-processors", description="Faust app id; workers with the same id share partitions")
+    app_id: str | None = Field(None, description="Faust app id; workers with the same id share partitions "
+                                                 "(default: <namespace>-processors)")
     group_timeout_s: float = Field(60.0, gt=0, description="seconds a prompt group may wait for its missing samples")
     on_timeout: Literal["emit", "reject"] = Field(
         "emit", description="what happens to a group that timed out: emit it partial, or reject its samples")

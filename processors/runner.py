@@ -21,7 +21,7 @@ from kafka import KafkaConsumer
 from kafka.partitioner.default import murmur2
 
 from schemas import Experience, MetricEvent, encode
-from streams import KafkaSettings, Topics
+from streams import KafkaSettings, Topics, connect
 from streams.admin import cluster_size
 from streams.faust_app import RecordIO, create_app
 from processors.config import ProcessorsConfig
@@ -65,7 +65,7 @@ class TableStore:
 
 
 def topic_partitions(kafka: KafkaSettings, topic: str) -> int:
-    consumer = KafkaConsumer(**kafka.kafka_python())
+    consumer = connect(KafkaConsumer, kafka)
     try:
         parts = consumer.partitions_for_topic(topic)
     finally:
@@ -81,7 +81,9 @@ def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worke
     partitions = topic_partitions(kafka, topics.raw)
     # A short linger lets a batch's sends share produce requests; a linger of 0 measured slower here
     # (the first record leaves alone and the rest queue behind it).
-    app = create_app(cfg.app_id, kafka, topic_partitions=partitions, topic_replication_factor=min(3, cluster_size(kafka)),
+    # The app id names the consumer group and the state changelogs: one per namespace, so that runs
+    # sharing a cluster never share dedupe or group state.
+    app = create_app(cfg.app_id or f"{namespace}-processors", kafka, topic_partitions=partitions, topic_replication_factor=min(3, cluster_size(kafka)),
                      producer_linger=0.005, producer_max_batch_size=1 << 20)
     io = RecordIO(app, topics, stage="decode")
     tables = {name: app.Table(name, key_type=bytes, value_type=bytes, partitions=partitions) for name in ("groups", "dedupe")}

@@ -77,6 +77,7 @@ class Feeder:
 
     def run(self, *, max_tasks: int | None = None, stop: threading.Event | None = None) -> FeedStats:
         stop = stop or threading.Event()
+        self._skip_published()
         try:
             while not stop.is_set() and (max_tasks is None or self.stats.published < max_tasks):
                 self._read_task_stats()
@@ -99,6 +100,18 @@ class Feeder:
         self.task_stats.close()
         self.producer.close()
         self.lag.close()
+
+    def _skip_published(self) -> None:
+        """Continue after the tasks this namespace already holds (a resumed run), instead of drawing
+        them again: a finite taskset is not done twice, and experience ids stay new."""
+        kafka = self.task_stats.kafka
+        parts = [TopicPartition(self.topics.tasks, p) for p in kafka.partitions_for_topic(self.topics.tasks) or ()]
+        published = sum(kafka.end_offsets(parts).values())
+        for _ in range(published):
+            if self.sampler.next() is None:
+                break
+        if published:
+            log.info("feeder: %d task(s) already on %s; continuing after them", published, self.topics.tasks)
 
     def _read_task_stats(self) -> None:
         if not self.cfg.difficulty.enabled:

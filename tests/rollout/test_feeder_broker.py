@@ -51,6 +51,17 @@ def test_feeder_keeps_the_lag_bounded(kafka, namespace, config_path):
     assert {t.group_size for t in tasks} == {2} and all(t.answer for t in tasks)
 
 
+def test_a_restarted_feeder_continues_after_what_it_published(kafka, namespace, config_path):
+    """A resumed run must not draw a finite taskset again (nor reuse task and experience ids)."""
+    feeder_cfg = {"tasksets": [{"name": "arith", "source": {"name": "arithmetic", "size": 10}}],
+                  "epochs": 1, "max_lag": 100, "poll_seconds": 0.1}
+    cfg = load_run_config(config_path(feeder=feeder_cfg), FeedRunConfig)
+    assert Feeder(cfg, kafka).run(max_tasks=4).published == 4
+    assert Feeder(cfg, kafka).run().published == 6  # the rest of the one epoch, then it stops
+    ids = [t.task_id for t in read_all(kafka, Topics(namespace).tasks, Task)]
+    assert len(ids) == 10 and len(set(ids)) == 10
+
+
 def test_feeder_mixes_by_ratio_and_favours_medium_tasks_from_task_stats(kafka, namespace, config_path):
     topics = Topics(namespace)
     with RecordProducer(kafka) as producer:
