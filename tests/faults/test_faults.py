@@ -68,17 +68,20 @@ def test_the_loop_survives_a_sigkill(fault, cluster, warm_start, tmp_path):
     cfg["trainer"]["batching"]["group_timeout_s"] = 10
     cfg["run"]["idle_timeout_s"] = 25
     proc = start_run(cfg, tmp_path, cluster)
-    run_dir = wait_for_step(proc, tmp_path / "runs", FAULT_AT_STEP)
+    try:
+        run_dir = wait_for_step(proc, tmp_path / "runs", FAULT_AT_STEP)
 
-    if fault == "broker":
-        cluster.stop_node(2, kill=True)
-        wait_for_step(proc, tmp_path / "runs", FAULT_AT_STEP + 10)
-        cluster.start_node(2)
-    else:
-        pid = int((run_dir / "logs" / "0-main" / f"{fault}.pid").read_text())
-        os.killpg(pid, signal.SIGKILL)
+        if fault == "broker":
+            cluster.stop_node(2, kill=True)
+            wait_for_step(proc, tmp_path / "runs", FAULT_AT_STEP + 10)
+            cluster.start_node(2)
+        else:
+            pid = int((run_dir / "logs" / "0-main" / f"{fault}.pid").read_text())
+            os.killpg(pid, signal.SIGKILL)
 
-    finish(proc, tmp_path / "runs")
+        finish(proc, tmp_path / "runs")
+    finally:
+        stop(proc)  # a failed test must not leave its run behind
     state = json.loads((run_dir / "run.json").read_text())
     assert state["status"] == "done"
     if fault != "broker":
@@ -127,6 +130,16 @@ def start_run(cfg: dict, tmp: Path, cluster: LocalKafka) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "infra.cli", "run", str(path), "--runs-dir", str(tmp / "runs"),
                              "--no-live"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """Ctrl-C a run still going (it stops its components in order), then make sure it is gone."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def finish(proc: subprocess.Popen, runs: Path) -> Path:
