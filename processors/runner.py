@@ -23,11 +23,12 @@ from kafka.partitioner.default import murmur2
 from schemas import Experience, MetricEvent, encode
 from streams import KafkaSettings, Topics, connect
 from streams.admin import cluster_size
-from streams.faust_app import RecordIO, create_app
+from streams.faust_app import RecordIO, create_app, track_topics
 from processors.config import ProcessorsConfig
 from processors.groups import Arrival
 from processors.pipeline import Output, Pipeline
 from processors.state import StageContext
+from processors.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -93,21 +94,31 @@ def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worke
                                     max_open_groups=cfg.max_open_groups)
     worker = worker or f"{socket.gethostname()}-{os.getpid()}"
     last_record = [time.monotonic()]
+    watchdog = Watchdog(cfg.stall_timeout_s).start()
+
+    @app.task
+    async def started() -> None:  # runs once Faust has started every service and recovered the tables
+        watchdog.ready()
 
     @app.agent(io.topic(topics.raw))
     async def process(stream: faust.StreamT) -> None:
+        outputs = [topics.ready, topics.rejected, topics.task_stats, topics.metrics,
+                   *(name for table in tables.values() for name in table.changelog_topic.topics)]
+        await track_topics(app.producer._ensure_producer(), outputs)  # Faust has no public handle on it
         async for events in stream.take_events(cfg.batch_size, within=cfg.batch_within_s):
-            arrivals = []
-            for event in events:
-                exp = await io.decode(event, expect=Experience)
-                if exp is not None:
-                    arrivals.append(Arrival(exp, event.message.partition, event.message.offset, event.message.value))
-            last_record[0] = time.monotonic()
-            await publish(io, topics, pipeline.push(arrivals))
+            with watchdog.busy(f"a batch of {len(events)} records"):
+                arrivals = []
+                for event in events:
+                    exp = await io.decode(event, expect=Experience)
+                    if exp is not None:
+                        arrivals.append(Arrival(exp, event.message.partition, event.message.offset, event.message.value))
+                last_record[0] = time.monotonic()
+                await publish(io, topics, pipeline.push(arrivals))
 
     @app.timer(cfg.tick_every_s)
     async def close_timed_out_groups() -> None:
-        await publish(io, topics, pipeline.tick())
+        with watchdog.busy("closing timed-out groups"):
+            await publish(io, topics, pipeline.tick())
         if cfg.idle_exit_s is not None and time.monotonic() - last_record[0] > cfg.idle_exit_s:
             await publish_metrics(io, topics, pipeline, worker)
             os.kill(os.getpid(), signal.SIGTERM)  # the worker's own handler shuts down cleanly

@@ -7,9 +7,10 @@ fails validation goes to the rejected topic with its stage and reason.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import faust
+from aiokafka import AIOKafkaProducer
 
 from schemas import DecodeError, Record, Rejected, decode, encode
 from streams.producer import as_key
@@ -41,6 +42,18 @@ def create_app(app_id: str, settings: KafkaSettings, **overrides: Any) -> faust.
     )
     kw.update(overrides)
     return faust.App(app_id, **kw)
+
+
+async def track_topics(producer: AIOKafkaProducer, names: Iterable[str]) -> None:
+    """Have a Faust app's producer track metadata for the topics it will write, before it writes.
+
+    aiokafka's producer tracks no topic at first, and then refreshes metadata for all topics. Its
+    first send to a topic it does not know yet (a table changelog Faust has not declared yet) makes
+    it track that topic alone: records already queued for the other topics lose their partition
+    leaders and wait for ever, while the sender spins on metadata requests. Seen as processor
+    workers that wedged on fresh brokers. Naming every output topic first means tracking only grows.
+    """
+    await producer.client.set_topics(sorted(set(names)))
 
 
 class RecordIO:

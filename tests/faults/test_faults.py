@@ -27,6 +27,7 @@ from infra.run import latest_export
 from schemas import Experience, Rejected
 from streams import KafkaSettings, Topics
 from tests.read_topic import read_all
+from tests.run_output import wait_run
 
 pytestmark = [pytest.mark.broker, pytest.mark.cluster, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,8 +145,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 def finish(proc: subprocess.Popen, runs: Path) -> Path:
     """The run's directory, once `undertow run` has exited successfully."""
-    out, _ = proc.communicate(timeout=900)
-    assert proc.returncode == 0, out[-4000:]
+    wait_run(proc, runs, timeout=540)
     (run_dir,) = runs.iterdir()
     return run_dir
 

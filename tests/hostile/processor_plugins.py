@@ -23,3 +23,11 @@ class RaisesWhenBuilt:
 
     def process(self, exp: Experience) -> Experience:
         return exp
+
+
+def hang_on(exp: Experience, *, text: str = "hang") -> Experience:
+    """A processor with a bug that never returns on one response (blocks the event loop, as sync code does)."""
+    if exp.response_text == text:
+        import time
+        time.sleep(3600)
+    return exp
