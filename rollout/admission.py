@@ -17,7 +17,11 @@ happens in two ways, and a generation is admitted only when neither holds:
    (Fu et al. 2025, "AReaL", staleness-aware rollout: N_r <= (i + eta + 1) * B), per worker and
    counted from the latest version. `experiences_per_version = None` turns this part off.
 
-Waiting is always for the trainer: a newer announced version releases both conditions.
+Waiting is always for the trainer: a newer announced version releases both conditions. One valve:
+if the trainer announces nothing for `cap_wait_s` while a worker waits on (2), the budget starts
+again. The trainer may be idle exactly because it got nothing usable (processors dropped every
+group, e.g. DAPO dynamic sampling on a model that always scores 0); without the valve workers and
+trainer would wait for each other for ever. Staleness stays bounded: the trainer still drops stale data.
 """
 
 from __future__ import annotations
@@ -31,15 +35,18 @@ class Admission:
 
     max_staleness: int
     experiences_per_version: int | None = None
+    cap_wait_s: float | None = None  # after this long capped on one version, the budget starts again
     latest: int = 0  # highest version the trainer has announced (L)
     held: int = 0  # version of the weights the worker generates with (v)
     published_since_latest: int = 0  # experiences published since `latest` was first seen
+    capped_since: float | None = None  # when the budget ran out on `latest`
+    valve_opened: int = 0  # times the budget was renewed without a new version
 
     def trainer_announced(self, version: int) -> None:
         """The trainer's newest version; lower than before when it resumed from a checkpoint."""
         if version != self.latest:
             self.latest = version
-            self.published_since_latest = 0
+            self.published_since_latest, self.capped_since = 0, None
 
     def weights_loaded(self, version: int) -> None:
         self.held = version
@@ -49,12 +56,17 @@ class Admission:
     def published(self, experiences: int) -> None:
         self.published_since_latest += experiences
 
-    def reason_to_wait(self) -> str | None:
-        """None when a generation may start, else why not (for logs and metrics)."""
+    def reason_to_wait(self, now: float = 0.0) -> str | None:
+        """None when a generation may start, else why not (for logs and metrics). `now`: seconds."""
         if self.latest - self.held > self.max_staleness:
             return f"holding v{self.held}, trainer at v{self.latest}: more than {self.max_staleness} behind"
         if self.experiences_per_version is not None:
             budget = (self.max_staleness + 1) * self.experiences_per_version
             if self.published_since_latest >= budget:
-                return f"published {self.published_since_latest} >= {budget} experiences on trainer v{self.latest}"
+                if self.capped_since is None:
+                    self.capped_since = now
+                if self.cap_wait_s is None or now - self.capped_since < self.cap_wait_s:
+                    return f"published {self.published_since_latest} >= {budget} experiences on trainer v{self.latest}"
+                self.published_since_latest, self.capped_since = 0, None
+                self.valve_opened += 1
         return None

@@ -50,7 +50,7 @@ class RolloutWorker:
         self.ctx = WorkflowContext(engine=self.engine, sampling=cfg.sampling, reward=build_reward(cfg.reward),
                                    chat_template=cfg.chat_template)
         self.workflow = build_workflow(cfg.workflow)
-        self.admission = Admission(cfg.max_staleness, cfg.experiences_per_version)
+        self.admission = Admission(cfg.max_staleness, cfg.experiences_per_version, cfg.cap_wait_s)
         self.wait_seconds = cfg.weights_wait_seconds
         self.producer = RecordProducer(settings)
         self.consumer: RecordConsumer[Task] = RecordConsumer(
@@ -103,7 +103,12 @@ class RolloutWorker:
 
     def _wait_for_trainer(self) -> bool:
         """True (after a short pause that keeps the group membership alive) when admission says wait."""
-        reason = self.admission.reason_to_wait()
+        opened = self.admission.valve_opened
+        reason = self.admission.reason_to_wait(time.monotonic())
+        if self.admission.valve_opened > opened:
+            log.warning("%s: no new trainer version for %.0f s while capped: publishing another %d experiences on v%d",
+                        self.name, self.admission.cap_wait_s, (self.admission.max_staleness + 1)
+                        * self.admission.experiences_per_version, self.admission.latest)
         if reason is None:
             return False
         self.stats.waits += 1

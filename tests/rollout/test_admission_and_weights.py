@@ -38,6 +38,26 @@ def test_admission_caps_experiences_per_trainer_version():
     assert a.reason_to_wait() is None and a.published_since_latest == 0
 
 
+def test_a_capped_worker_goes_on_when_the_trainer_announces_nothing_for_cap_wait_s():
+    a = Admission(max_staleness=0, experiences_per_version=4, cap_wait_s=60)
+    a.published(4)
+    assert a.reason_to_wait(now=100.0) is not None   # capped from t=100
+    assert a.reason_to_wait(now=159.0) is not None
+    assert a.reason_to_wait(now=160.0) is None       # the trainer said nothing for 60 s: a new budget
+    assert a.valve_opened == 1 and a.published_since_latest == 0
+    a.published(4)
+    assert a.reason_to_wait(now=161.0) is not None   # and the clock starts again
+    a.trainer_announced(1)
+    a.weights_loaded(1)
+    assert a.reason_to_wait(now=162.0) is None and a.capped_since is None
+
+
+def test_without_cap_wait_a_capped_worker_waits_for_the_trainer():
+    a = Admission(max_staleness=0, experiences_per_version=4)
+    a.published(4)
+    assert a.reason_to_wait(now=0.0) is not None and a.reason_to_wait(now=1e9) is not None
+
+
 def chunks(version: int, blob: bytes):
     return chunk_weights("policy", version, blob, 4)
 
