@@ -25,6 +25,7 @@ from streams import KafkaSettings, Topics, connect
 from streams.admin import cluster_size
 from streams.faust_app import RecordIO, create_app, track_topics
 from processors.config import ProcessorsConfig
+from processors.consumer import CommitWatch, ContiguousCommitConsumer
 from processors.groups import Arrival
 from processors.pipeline import Output, Pipeline
 from processors.state import StageContext
@@ -86,6 +87,7 @@ def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worke
     # sharing a cluster never share dedupe or group state.
     app = create_app(cfg.app_id or f"{namespace}-processors", kafka, topic_partitions=partitions, topic_replication_factor=min(3, cluster_size(kafka)),
                      producer_linger=0.005, producer_max_batch_size=1 << 20)
+    app.transport.Consumer = ContiguousCommitConsumer  # before the worker creates its consumer
     io = RecordIO(app, topics, stage="decode")
     tables = {name: app.Table(name, key_type=bytes, value_type=bytes, partitions=partitions) for name in ("groups", "dedupe")}
     stores = {name: TableStore(table, partitions) for name, table in tables.items()}
@@ -95,6 +97,7 @@ def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worke
     worker = worker or f"{socket.gethostname()}-{os.getpid()}"
     last_record = [time.monotonic()]
     watchdog = Watchdog(cfg.stall_timeout_s).start()
+    commits = CommitWatch(cfg.stall_timeout_s)
 
     @app.task
     async def started() -> None:  # runs once Faust has started every service and recovered the tables
@@ -122,6 +125,18 @@ def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worke
         if cfg.idle_exit_s is not None and time.monotonic() - last_record[0] > cfg.idle_exit_s:
             await publish_metrics(io, topics, pipeline, worker)
             os.kill(os.getpid(), signal.SIGTERM)  # the worker's own handler shuts down cleanly
+
+    @app.timer(1.0)
+    async def check_commits() -> None:
+        consumer = app.consumer  # Faust's own offset books: what was read, what is committed
+        raw = {tp for tp in consumer.assignment() if tp.topic == topics.raw}
+        read = {tp: consumer._read_offset.get(tp) for tp in raw}
+        committed = {tp: consumer._committed_offset.get(tp) for tp in raw}
+        for tp, why in commits.stuck(read, committed, time.monotonic()):
+            if committed[tp] is None:
+                watchdog.fail(f"{tp}: {why}")  # nothing to seek back to: a restart reads from the start
+            log.warning("%s: %s; reading it again from there", tp, why)
+            await consumer.seek(tp, committed[tp])
 
     @app.timer(cfg.metrics_every_s)
     async def report() -> None:

@@ -52,6 +52,13 @@ class Watchdog:
         finally:
             self._work.pop(token, None)
 
+    def fail(self, why: str) -> None:
+        """Report a stall (`why`) and exit to be restarted."""
+        try:
+            self._report(why)
+        finally:
+            os._exit(STALLED)
+
     def oldest(self) -> tuple[float, str]:
         """Seconds the oldest unfinished work has run, and what it is (0 when idle)."""
         work = list(self._work.values())
@@ -65,15 +72,12 @@ class Watchdog:
             time.sleep(min(1.0, self.stall_s / 4))
             age, what = self.oldest()
             if age > self.stall_s:
-                try:
-                    self._report(age, what)
-                finally:
-                    os._exit(STALLED)
+                self.fail(f"{what} unfinished after {age:.0f} s")
 
-    def _report(self, age: float, what: str) -> None:
+    def _report(self, why: str) -> None:
         err = sys.__stderr__  # Faust replaces sys.stderr with a logger, which has no file descriptor
-        print(f"=== undertow: processor worker stalled: {what} unfinished after {age:.0f} s; "
-              f"exiting with code {STALLED} to be restarted ===", file=err, flush=True)
+        print(f"=== undertow: processor worker stalled: {why}; exiting with code {STALLED} to be restarted ===",
+              file=err, flush=True)
         faulthandler.dump_traceback(file=err)
         if self._loop is not None:
             for task in list(asyncio.all_tasks(self._loop)):
