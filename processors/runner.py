@@ -25,7 +25,7 @@ from streams import KafkaSettings, Topics, connect
 from streams.admin import cluster_size
 from streams.faust_app import RecordIO, create_app, track_topics
 from processors.config import ProcessorsConfig
-from processors.consumer import CommitWatch, ContiguousCommitConsumer
+from processors.commits import CommitWatch
 from processors.groups import Arrival
 from processors.pipeline import Output, Pipeline
 from processors.state import StageContext
@@ -87,7 +87,6 @@ def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worke
     # sharing a cluster never share dedupe or group state.
     app = create_app(cfg.app_id or f"{namespace}-processors", kafka, topic_partitions=partitions, topic_replication_factor=min(3, cluster_size(kafka)),
                      producer_linger=0.005, producer_max_batch_size=1 << 20)
-    app.transport.Consumer = ContiguousCommitConsumer  # before the worker creates its consumer
     io = RecordIO(app, topics, stage="decode")
     tables = {name: app.Table(name, key_type=bytes, value_type=bytes, partitions=partitions) for name in ("groups", "dedupe")}
     stores = {name: TableStore(table, partitions) for name, table in tables.items()}

@@ -1,18 +1,15 @@
-"""A wedged processor worker exits with STALLED (to be restarted) and says where it waited; commits
-never pass a record that was not acknowledged, and a partition whose commits are stuck is read again."""
+"""A wedged processor worker exits with STALLED (to be restarted) and says where it waited; a
+partition whose commits are stuck behind what the worker read is found (and read again)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 import time
-from collections import defaultdict
 
 import pytest
-from faust.transport.drivers.aiokafka import Consumer
-from intervaltree import IntervalTree
 
-from processors.consumer import CommitWatch, ContiguousCommitConsumer
+from processors.commits import CommitWatch
 from processors.watchdog import STALLED
 from streams import RecordProducer, Topics
 from tests.processors.helpers import exp
@@ -87,20 +84,3 @@ def test_commit_watch_is_quiet_for_an_idle_or_freshly_seeked_worker():
     assert watch.stuck({"p0": 41}, {"p0": 42}, now=0.0) == []    # all read records committed
     assert watch.stuck({"p0": 42}, {"p0": 42}, now=100.0) == []  # after a seek read holds the committed offset
     assert watch.stuck({"p0": 42}, {"p0": 42}, now=200.0) == []
-
-
-def test_no_commit_past_a_record_that_was_never_acknowledged():
-    def books(consumer_class):
-        consumer = consumer_class.__new__(consumer_class)  # only its offset books, no broker
-        consumer._acked, consumer._acked_index = defaultdict(list), defaultdict(set)
-        consumer._committed_offset, consumer._gap = defaultdict(lambda: None), defaultdict(IntervalTree)
-        consumer._committed_offset["tp"] = 33          # next to commit: 33, which was never acknowledged
-        consumer._acked["tp"] = [34, 35]
-        consumer._acked_index["tp"] = {34, 35}
-        return consumer
-
-    assert books(Consumer)._new_offset("tp") == 36  # Faust's own: commits past 33, losing it
-    assert books(ContiguousCommitConsumer)._new_offset("tp") is None
-    whole = books(ContiguousCommitConsumer)
-    whole._acked["tp"] = [33, 34, 35]
-    assert whole._new_offset("tp") == 36

@@ -1,30 +1,17 @@
-"""Commits that never pass a record the worker did not finish, and re-reading where they are stuck.
+"""Re-reading a partition whose commits are stuck behind what the worker read.
 
-Faust commits, per partition, the run of consecutive acknowledged offsets that starts at the last
-commit. Its check for a missing head is off by one: when exactly the committed offset itself was
-never acknowledged, it commits the run after it anyway, one skipped record per commit. Records
-handed to the streams around a rebalance can miss their acknowledgement (seen after every restart
-in the processors-kill fault test: the first records after the committed offset), and Faust then
-crept past them. `ContiguousCommitConsumer` waits instead; `CommitWatch` finds a partition whose
-commit has not reached what the worker read for `stall_s`, and the runner seeks it back to its
-committed offset, so the missing records are read again (what follows them comes twice, and the
-dedupe stage rejects the second copies).
+Faust commits, per partition, the run of consecutive acknowledged offsets after the last commit.
+Records handed to the streams around a rebalance can miss their acknowledgement; Faust then holds
+the partition's commit there, or creeps past one such record per commit (its check for a missing
+head is off by one). Seen in the processors-kill fault test: records around the kill that never
+reached the pipeline were lost. `CommitWatch` finds a partition whose commit has not reached what
+the worker read `stall_s` ago; the runner seeks it back to its committed offset, so the missing
+records are read again (those after them come twice, and the dedupe stage rejects the copies).
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
-
-from faust.transport.drivers.aiokafka import Consumer
-from faust.types import TP
-
-
-class ContiguousCommitConsumer(Consumer):
-    def _new_offset(self, tp: TP) -> Optional[int]:
-        acked, committed = self._acked[tp], self._committed_offset[tp]
-        if acked and committed is not None and min(acked) > committed:
-            return None  # the next record to commit was never acknowledged: no commit past it
-        return super()._new_offset(tp)
+from typing import Any
 
 
 class CommitWatch:
