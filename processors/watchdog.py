@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, NoReturn
 
 STALLED = 75  # EX_TEMPFAIL: try again
 
@@ -52,7 +52,7 @@ class Watchdog:
         finally:
             self._work.pop(token, None)
 
-    def fail(self, why: str) -> None:
+    def fail(self, why: str) -> NoReturn:
         """Report a stall (`why`) and exit to be restarted."""
         try:
             self._report(why)

@@ -14,18 +14,25 @@ def component_logs(runs: Path, tail: int = 2500) -> str:
     return "\n".join(f"--- {log}\n{log.read_text(errors='replace')[-tail:]}" for log in sorted(runs.glob("*/logs/*/*.log")))
 
 
+def stop_run(proc: subprocess.Popen, grace: float = 60.0) -> str:
+    """Ctrl-C a run still going (it stops its components in order), kill it after `grace` s; its output."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    try:
+        out, _ = proc.communicate(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+    return out or ""
+
+
 def wait_run(proc: subprocess.Popen, runs: Path, timeout: float, code: int = 0) -> str:
     """The run's output once it exits with `code`; a run still going after `timeout` s is stopped
-    (Ctrl-C, then kill) and fails the test with its output and its components' logs."""
+    (`stop_run`) and fails the test with its output and its components' logs."""
     try:
         out, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)
-        try:
-            out, _ = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            out, _ = proc.communicate()
+        out = stop_run(proc)
         pytest.fail(f"undertow run did not finish in {timeout:.0f} s\n{out[-3000:]}\n{component_logs(runs)}")
     assert proc.returncode == code, f"{out[-3000:]}\n{component_logs(runs)}"
     return out

@@ -27,7 +27,7 @@ from infra.run import latest_export
 from schemas import Experience, Rejected
 from streams import KafkaSettings, Topics
 from tests.read_topic import read_all
-from tests.run_output import wait_run
+from tests.run_output import stop_run, wait_run
 
 pytestmark = [pytest.mark.broker, pytest.mark.cluster, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,7 +83,7 @@ def test_the_loop_survives_a_sigkill(fault, cluster, warm_start, tmp_path):
 
         finish(proc, tmp_path / "runs")
     finally:
-        stop(proc)  # a failed test must not leave its run behind
+        stop_run(proc, grace=120)  # a failed test must not leave its run behind
     state = json.loads((run_dir / "run.json").read_text())
     assert state["status"] == "done"
     restarts = state["stages"][0]["restarts"]
@@ -139,16 +139,6 @@ def start_run(cfg: dict, tmp: Path, cluster: LocalKafka) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "infra.cli", "run", str(path), "--runs-dir", str(tmp / "runs"),
                              "--no-live"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env)
-
-
-def stop(proc: subprocess.Popen) -> None:
-    """Ctrl-C a run still going (it stops its components in order), then make sure it is gone."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def finish(proc: subprocess.Popen, runs: Path) -> Path:
