@@ -216,6 +216,11 @@ class LocalKafka:
             # A session of its own: the broker outlives `undertow broker up` and ignores the CLI's Ctrl-C.
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
+        # Popen returns once exec has begun, but the kernel fills in /proc/<pid>/cmdline a moment
+        # later; until then _alive reads the new node as dead and start() would not wait for it.
+        deadline = time.monotonic() + 10
+        while not _alive(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
         node.pid = proc.pid
 
     def _format(self, props: Path, cp: str) -> None:
