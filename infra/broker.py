@@ -3,7 +3,8 @@
 Every node is a combined broker + controller. The cluster's layout (ports, cluster id) is kept in
 `<data>/cluster.json`, so `down` then `up` with the same data directory brings the same cluster
 back with its data, and `status` / `down` work from another process. With `sasl_users` the client
-listener asks for a SASL/PLAIN login (the controller listener stays on loopback PLAINTEXT).
+listener asks for a SASL/PLAIN login; with `tls` it speaks TLS with a certificate from a CA made for this
+data directory (both: SASL_SSL). The controller listener stays on loopback PLAINTEXT.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from infra import kafka_dist
+from infra.certificates import KEYSTORE_PASSWORD, make_certificates
 from streams.settings import KafkaSettings
 
 STATE_FILE = "cluster.json"
+TLS_DIR = "tls"
 
 
 @dataclass
@@ -43,6 +46,7 @@ class ClusterState:
     kafka_version: str
     extra: dict[str, str] = field(default_factory=dict)
     sasl_users: dict[str, str] = field(default_factory=dict)  # user -> password; empty: no login
+    tls: bool = False  # the client listener speaks TLS (certificates in <data>/tls)
 
 
 def free_port_block(count: int, start: int = 20000, stop: int = 60000) -> int:
@@ -77,11 +81,13 @@ class LocalKafka:
 
     Node i (0-based) listens on `port + 2i` (clients) and `port + 2i + 1` (controller).
     With 3 nodes topics get replication factor 3 and min.insync.replicas 2. `sasl_users` (user ->
-    password) turns the client listener into SASL_PLAINTEXT with mechanism PLAIN.
+    password) turns the client listener into SASL_PLAINTEXT with mechanism PLAIN; `tls` turns it into
+    SSL (SASL_SSL with users), its certificate signed by a CA kept in `<data_dir>/tls/ca.pem`.
     """
 
     def __init__(self, data_dir: str | Path, port: int = 9092, nodes: int = 1, heap: str = "512m",
-                 extra: dict[str, str] | None = None, sasl_users: dict[str, str] | None = None):
+                 extra: dict[str, str] | None = None, sasl_users: dict[str, str] | None = None,
+                 tls: bool = False):
         self.data_dir = Path(data_dir).resolve()
         self.heap = heap
         state = self._load()
@@ -95,6 +101,7 @@ class LocalKafka:
                 kafka_version=kafka_dist.kafka_version(),
                 extra=dict(extra or {}),
                 sasl_users=dict(sasl_users or {}),
+                tls=tls,
             )
         self.state = state
 
@@ -107,15 +114,22 @@ class LocalKafka:
     @property
     def listener(self) -> str:
         """The client listener's name, which is also its security protocol."""
-        return "SASL_PLAINTEXT" if self.state.sasl_users else "PLAINTEXT"
+        return ("SASL_" if self.state.sasl_users else "") + ("SSL" if self.state.tls else "PLAINTEXT")
+
+    @property
+    def ca_file(self) -> Path:
+        """The PEM certificate of the CA that signed the brokers' certificate (with `tls`)."""
+        return self.data_dir / TLS_DIR / "ca.pem"
 
     def settings(self) -> KafkaSettings:
-        """Client settings for this cluster; with SASL, logged in as the first user."""
-        if not self.state.sasl_users:
-            return KafkaSettings(bootstrap_servers=self.bootstrap_servers)
-        user, password = next(iter(self.state.sasl_users.items()))
-        return KafkaSettings(bootstrap_servers=self.bootstrap_servers, security_protocol="SASL_PLAINTEXT",
-                             sasl_mechanism="PLAIN", sasl_username=user, sasl_password=password)
+        """Client settings for this cluster; with SASL, logged in as the first user; with TLS, trusting its CA."""
+        kw: dict = {"bootstrap_servers": self.bootstrap_servers, "security_protocol": self.listener}
+        if self.state.tls:
+            kw["ssl_cafile"] = str(self.ca_file)
+        if self.state.sasl_users:
+            user, password = next(iter(self.state.sasl_users.items()))
+            kw.update(sasl_mechanism="PLAIN", sasl_username=user, sasl_password=password)
+        return KafkaSettings(**kw)
 
     @property
     def replication_factor(self) -> int:
@@ -130,6 +144,8 @@ class LocalKafka:
     def start(self, timeout: float = 120.0) -> "LocalKafka":
         """Format storage if new, launch every node that is not running, wait until all serve."""
         cp = kafka_dist.classpath()
+        if self.state.tls and not self.ca_file.exists():
+            make_certificates(self.data_dir / TLS_DIR)
         for node in self.state.nodes:
             if not _alive(node.pid):
                 self._launch(node, cp)
@@ -264,6 +280,7 @@ class LocalKafka:
             "num.partitions": 1,
             "offsets.topic.num.partitions": 8,
             **self._sasl_properties(),
+            **self._tls_properties(),
             **self.state.extra,
         }
         return "".join(f"{k}={v}\n" for k, v in props.items())
@@ -277,9 +294,23 @@ class LocalKafka:
         return {
             "sasl.enabled.mechanisms": "PLAIN",
             "sasl.mechanism.inter.broker.protocol": "PLAIN",
-            "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+            f"listener.name.{self.listener.lower()}.plain.sasl.jaas.config":
                 "org.apache.kafka.common.security.plain.PlainLoginModule required "
                 f'username="{user}" password="{password}" {accounts};',
+        }
+
+    def _tls_properties(self) -> dict[str, str]:
+        """The broker's key and certificate; the CA is trusted too, since brokers replicate over TLS."""
+        if not self.state.tls:
+            return {}
+        tls = self.data_dir / TLS_DIR
+        return {
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.location": str(tls / "broker.p12"),
+            "ssl.keystore.password": KEYSTORE_PASSWORD,
+            "ssl.key.password": KEYSTORE_PASSWORD,
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.ca_file),
         }
 
     def _signal(self, node: Node, sig: int) -> None:
@@ -303,11 +334,11 @@ class LocalKafka:
         raw = json.loads(path.read_text())
         return ClusterState(cluster_id=raw["cluster_id"], nodes=[Node(**n) for n in raw["nodes"]],
                             kafka_version=raw["kafka_version"], extra=raw.get("extra", {}),
-                            sasl_users=raw.get("sasl_users", {}))
+                            sasl_users=raw.get("sasl_users", {}), tls=raw.get("tls", False))
 
     def _save(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        if self.state.sasl_users:  # the passwords sit in cluster.json and server.properties
+        if self.state.sasl_users or self.state.tls:  # passwords and the broker's key sit in there
             self.data_dir.chmod(0o700)
         (self.data_dir / STATE_FILE).write_text(json.dumps(asdict(self.state), indent=2))
 

@@ -26,18 +26,21 @@ def up(data: Optional[Path] = DataOpt,
        cluster: int = typer.Option(1, "--cluster", help="Nodes: 1, or 3 (replication 3, min.insync.replicas 2)."),
        heap: str = typer.Option("512m", help="JVM heap per node."),
        sasl_user: Optional[List[str]] = typer.Option(
-           None, "--sasl-user", help="NAME:PASSWORD (repeatable): clients must log in with SASL/PLAIN.")) -> None:
+           None, "--sasl-user", help="NAME:PASSWORD (repeatable): clients must log in with SASL/PLAIN."),
+       tls: bool = typer.Option(False, "--tls", help="Clients connect over TLS, trusting <data>/tls/ca.pem.")) -> None:
     """Start the broker (or resume it with its data); returns once it serves metadata."""
     with user_errors():
         if os.environ.get(BOOTSTRAP_ENV):
             console.print(f"{BOOTSTRAP_ENV}={os.environ[BOOTSTRAP_ENV]}: using that cluster, starting nothing.")
             return
         users = dict(_user(u) for u in sasl_user or [])
-        local = LocalKafka(data or default_broker_dir(), port=port, nodes=cluster, heap=heap, sasl_users=users)
+        local = LocalKafka(data or default_broker_dir(), port=port, nodes=cluster, heap=heap, sasl_users=users, tls=tls)
         if len(local.state.nodes) != cluster:
             raise ValueError(f"--cluster: {local.data_dir} holds a {len(local.state.nodes)}-node cluster, not {cluster}")
         if users and users != local.state.sasl_users:
             raise ValueError(f"--sasl-user: {local.data_dir} was created with other users; use a new --data")
+        if tls and not local.state.tls:
+            raise ValueError(f"--tls: {local.data_dir} was created without TLS; use a new --data")
         t0 = time.monotonic()
         local.start()
         console.print(f"Kafka {local.state.kafka_version} up in {time.monotonic() - t0:.1f}s: "

@@ -36,7 +36,8 @@ def load_cluster_config(path: str | Path | None) -> ClusterConfig:
 
 
 def resolve_kafka(settings: KafkaSettings, broker_dir: Path | None = None) -> KafkaSettings:
-    """Settings with bootstrap servers filled in: config, else $UNDERTOW_BOOTSTRAP, else the local broker."""
+    """Settings with bootstrap servers filled in: config, else $UNDERTOW_BOOTSTRAP, else the local broker
+    (with its login and CA when the config names no security protocol)."""
     settings = settings.with_env()
     if settings.bootstrap_servers:
         return settings
@@ -44,4 +45,6 @@ def resolve_kafka(settings: KafkaSettings, broker_dir: Path | None = None) -> Ka
     if not local.running_nodes():
         raise ConfigError("kafka.bootstrap_servers: no cluster configured and no local broker running; "
                           "set UNDERTOW_BOOTSTRAP or run `undertow broker up`")
+    if settings.security_protocol == "PLAINTEXT":  # the config says nothing of security: the broker's own
+        return local.settings().model_copy(update={"client_id": settings.client_id})
     return settings.model_copy(update={"bootstrap_servers": local.bootstrap_servers})

@@ -93,10 +93,19 @@ class KafkaSettings(BaseModel):
         return faust.SSLCredentials(context) if context else None
 
     def ssl_context(self) -> ssl.SSLContext | None:
+        """What Faust hands aiokafka. A file that cannot be read is a ValueError naming the setting:
+        ssl's own FileNotFoundError names no file, and escapes the CLI's one-line errors."""
         if "SSL" not in self.security_protocol:
             return None
-        context = ssl.create_default_context(cafile=self.ssl_cafile)
+        try:
+            context = ssl.create_default_context(cafile=self.ssl_cafile)
+        except OSError as e:  # ssl.SSLError too: a file that holds no certificate
+            raise ValueError(f"ssl_cafile: cannot load {self.ssl_cafile}: {e}") from None
         context.check_hostname = self.ssl_check_hostname
         if self.ssl_certfile:
-            context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
+            try:
+                context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
+            except OSError as e:
+                raise ValueError(f"ssl_certfile / ssl_keyfile: cannot load {self.ssl_certfile} / "
+                                 f"{self.ssl_keyfile}: {e}") from None
         return context

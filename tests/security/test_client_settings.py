@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ssl
+
 import pytest
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 from pydantic import ValidationError
@@ -21,3 +23,27 @@ def test_a_mechanism_without_a_sasl_protocol_is_refused():
     # Before: kafka-python connected without a login while Faust switched to SASL_PLAINTEXT.
     with pytest.raises(ValidationError, match="sasl_mechanism: PLAIN needs security_protocol SASL_PLAINTEXT or SASL_SSL"):
         KafkaSettings(bootstrap_servers="b:1", sasl_mechanism="PLAIN", sasl_username="u", sasl_password="p")
+
+
+def test_tls_reaches_faust_as_kafka_python_gets_it():
+    s = KafkaSettings(bootstrap_servers="b:1", security_protocol="SASL_SSL", sasl_username="u", sasl_password="p",
+                      ssl_check_hostname=False)
+    faust = credentials_to_aiokafka_auth(s.faust_credentials())
+    assert (faust["security_protocol"], faust["ssl_context"].check_hostname) == ("SASL_SSL", False)
+    assert faust["ssl_context"].verify_mode == ssl.CERT_REQUIRED  # no hostname check, but the chain still is
+    assert s.kafka_python()["ssl_check_hostname"] is False
+    plain_tls = credentials_to_aiokafka_auth(s.model_copy(update={"security_protocol": "SSL"}).faust_credentials())
+    assert plain_tls["security_protocol"] == "SSL" and plain_tls["ssl_context"].check_hostname is False
+
+
+def test_a_tls_file_faust_cannot_load_is_a_clear_error_naming_the_setting(tmp_path):
+    # Before: a bare FileNotFoundError "[Errno 2] No such file or directory", naming neither file nor setting.
+    missing = KafkaSettings(bootstrap_servers="b:1", security_protocol="SSL", ssl_cafile=str(tmp_path / "ca.pem"))
+    with pytest.raises(ValueError, match=f"ssl_cafile: cannot load {tmp_path / 'ca.pem'}: .*No such file"):
+        missing.faust_credentials()
+    (tmp_path / "junk.pem").write_text("not a certificate\n")
+    with pytest.raises(ValueError, match="ssl_cafile: cannot load .*junk.pem"):
+        missing.model_copy(update={"ssl_cafile": str(tmp_path / "junk.pem")}).ssl_context()
+    no_cert = KafkaSettings(bootstrap_servers="b:1", security_protocol="SSL", ssl_certfile=str(tmp_path / "me.pem"))
+    with pytest.raises(ValueError, match="ssl_certfile / ssl_keyfile: cannot load .*me.pem / None"):
+        no_cert.ssl_context()

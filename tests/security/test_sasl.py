@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
-import yaml
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
@@ -22,11 +18,11 @@ from schemas import Experience, Task
 from streams import (KafkaSettings, KafkaUnreachable, RecordConsumer, RecordProducer, Topics, create_topics,
                      list_topics, record_counts)
 from tests.processors.helpers import group
+from tests.security.helpers import run_config, undertow
 from trainer.config import BatchingConfig
 from trainer.feed import Feed
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 
 
@@ -48,19 +44,6 @@ def fresh_namespace(settings: KafkaSettings) -> str:
     ns = f"sec-{uuid.uuid4().hex[:8]}"
     create_topics(settings, ns)
     return ns
-
-
-def undertow(*args: str, config: Path, tmp_path: Path, **popen) -> dict:
-    """Popen/run arguments for `undertow ARGS CONFIG` in tmp_path (Faust writes its data dir there)."""
-    env = {k: v for k, v in os.environ.items() if k != "UNDERTOW_BOOTSTRAP"}  # it would override the config's
-    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    return dict(args=[sys.executable, "-m", "infra.cli", *args, str(config)], cwd=tmp_path, env=env, **popen)
-
-
-def run_config(tmp_path: Path, ns: str, kafka: KafkaSettings, **sections) -> Path:
-    path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump({"namespace": ns, "kafka": kafka.model_dump(exclude_none=True), **sections}))
-    return path
 
 
 def test_admin_producer_and_consumer_log_in_as_the_configured_user(broker):

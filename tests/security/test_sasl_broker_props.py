@@ -7,11 +7,7 @@ from typer.testing import CliRunner
 
 from infra.broker import LocalKafka
 from infra.cli import app
-
-
-def props(local: LocalKafka) -> dict[str, str]:
-    text = local._properties(local._node(1))
-    return dict(line.split("=", 1) for line in text.splitlines())
+from tests.security.helpers import props
 
 
 def test_clients_log_in_with_plain_while_the_controller_stays_plaintext(tmp_path):

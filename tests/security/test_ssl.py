@@ -1,0 +1,159 @@
+"""Every client speaks TLS with the `kafka:` settings, against a broker of its own whose listener is SSL."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError
+from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
+
+from infra.broker import LocalKafka, free_port_block
+from infra.config import resolve_kafka
+from schemas import Experience, Task, encode
+from streams import (KafkaSettings, KafkaUnreachable, RecordConsumer, RecordProducer, Topics, create_topics,
+                     list_topics, record_counts)
+from tests.processors.helpers import group
+from tests.security.helpers import run_config, undertow
+from trainer.config import BatchingConfig
+from trainer.feed import Feed
+
+pytestmark = [pytest.mark.broker, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory):
+    local = LocalKafka(tmp_path_factory.mktemp("ssl-kafka"), port=free_port_block(2), tls=True).start()
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+def tls(broker: LocalKafka) -> KafkaSettings:
+    """What a user writes in `kafka:`; the CA path is LocalKafka's, everything else spelled out."""
+    return KafkaSettings(bootstrap_servers=broker.bootstrap_servers, security_protocol="SSL",
+                         ssl_cafile=str(broker.data_dir / "tls" / "ca.pem"))
+
+
+def read(settings: KafkaSettings, topic: str, group_id: str, want: int) -> list[str]:
+    got = []
+    with RecordConsumer(settings, [topic], group_id=group_id, expect=Task, rejected_topic="unused") as c:
+        deadline = time.monotonic() + 60
+        while len(got) < want and time.monotonic() < deadline:
+            got += c.poll(timeout_ms=500)
+        c.commit()  # the group coordinator is reached over TLS too
+    return [d.record.task_id for d in got]
+
+
+def test_admin_producer_and_consumer_connect_over_tls(broker):
+    settings = tls(broker)
+    ns = f"tls-{uuid.uuid4().hex[:8]}"
+    created = create_topics(settings, ns)
+    assert len(created) == 7 and list_topics(settings, ns) == created
+    tasks = Topics(ns).tasks
+    with RecordProducer(settings) as p:
+        for i in range(3):
+            p.send(tasks, Task(task_id=f"t{i}", prompt="1+1"), partition=0)
+    assert read(settings, tasks, f"{ns}-readers", 3) == ["t0", "t1", "t2"]
+    assert record_counts(settings, [tasks]) == {tasks: 3}
+
+
+def test_a_client_without_the_ca_or_without_tls_is_refused_with_a_clear_error(broker, caplog):
+    # A short bootstrap timeout keeps the test quick; the default bounds it at 30 s.
+    untrusting = KafkaSettings(bootstrap_servers=broker.bootstrap_servers, security_protocol="SSL")
+    t0 = time.monotonic()
+    with pytest.raises(KafkaUnreachable, match=f"no broker at {broker.bootstrap_servers} accepted a SSL connection"):
+        RecordProducer(untrusting, bootstrap_timeout_ms=3000)
+    assert "CERTIFICATE_VERIFY_FAILED" in caplog.text  # refused for the certificate, not for anything else
+    with pytest.raises(KafkaUnreachable, match="accepted a PLAINTEXT connection"):
+        RecordConsumer(KafkaSettings(bootstrap_servers=broker.bootstrap_servers), [], group_id=None, expect=Task,
+                       rejected_topic="unused", bootstrap_timeout_ms=3000)
+    assert time.monotonic() - t0 < 30
+
+
+def test_faust_gets_the_ca_and_reports_an_untrusted_broker(broker, caplog):
+    """Faust hands `broker_credentials` to aiokafka through this function; aiokafka logs why it failed."""
+    topic = Topics(f"tls-{uuid.uuid4().hex[:8]}").tasks
+    create_topics(tls(broker), topic.split(".")[0])
+
+    async def send(settings: KafkaSettings) -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap_servers, request_timeout_ms=5000,
+                                    **credentials_to_aiokafka_auth(settings.faust_credentials()))
+        try:
+            await producer.start()
+            await producer.send_and_wait(topic, encode(Task(task_id="f0", prompt="2+2")))
+        finally:
+            await producer.stop()
+
+    asyncio.run(send(tls(broker)))
+    assert read(tls(broker), topic, f"{topic}-readers", 1) == ["f0"]
+    untrusting = KafkaSettings(bootstrap_servers=broker.bootstrap_servers, security_protocol="SSL")
+    with pytest.raises(KafkaConnectionError, match="Unable to bootstrap"):
+        asyncio.run(send(untrusting))
+    assert "CERTIFICATE_VERIFY_FAILED" in caplog.text
+
+
+def test_a_faust_worker_and_the_trainer_feed_connect_from_the_config(broker, tmp_path):
+    settings = tls(broker)
+    ns = f"tls-{uuid.uuid4().hex[:8]}"
+    create_topics(settings, ns)
+    topics = Topics(ns)
+    config = run_config(tmp_path, ns, settings, processors={"pipeline": ["clean", "reshape"], "app_id": f"proc-{ns}"})
+    with open(tmp_path / "process.log", "w") as log:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(**undertow("process", config=config, tmp_path=tmp_path, stdout=log,
+                                           stderr=subprocess.STDOUT))
+    samples = group("g0", [0.0, 1.0], behaviour_logprobs=[-0.5] * 3)  # the trainer refuses records without them
+    try:
+        with RecordProducer(settings) as p:
+            for e in samples:
+                p.send(topics.raw, e, key=e.group_id)
+        feed = Feed(settings, topics, BatchingConfig(experiences=2), group_id=f"{ns}-trainer", record_type=Experience,
+                    checks_staleness=True, producer=RecordProducer(settings), start={}, trained_ids=[])
+        batch, deadline = None, time.monotonic() + 120
+        while batch is None and time.monotonic() < deadline and proc.poll() is None:
+            feed.fill(version=0, timeout_ms=500)
+            batch = feed.next_batch(version=0, max_wait_s=60)
+        assert batch, (tmp_path / "process.log").read_text()[-3000:]
+        feed.close()
+        feed.producer.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    assert sorted(i.record.experience_id for i in batch) == ["g0/0", "g0/1"]
+    low, high = sorted(batch, key=lambda i: i.record.sample_index)
+    assert low.record.advantages[0] < 0 < high.record.advantages[0]  # reshape ran: the worker processed them
+
+
+def test_sasl_over_tls_logs_in_and_keeps_its_certificates_across_a_restart(tmp_path):
+    local = LocalKafka(tmp_path / "kafka", port=free_port_block(2), sasl_users={"alice": "a-pw"}, tls=True).start()
+    try:
+        ca = local.ca_file.read_bytes()
+        local.stop()
+        local = LocalKafka(tmp_path / "kafka").start()  # from cluster.json, as the next `undertow broker up`
+        assert local.ca_file.read_bytes() == ca  # made once per data directory
+        settings = local.settings()
+        assert (settings.security_protocol, settings.sasl_username) == ("SASL_SSL", "alice")
+        ns = f"tls-{uuid.uuid4().hex[:8]}"
+        created = create_topics(settings, ns)
+        assert len(created) == 7 and list_topics(settings, ns) == created
+        wrong = settings.model_copy(update={"sasl_password": "not-hers"})
+        with pytest.raises(KafkaUnreachable, match="accepted a SASL_SSL connection as SASL user 'alice'"):
+            RecordProducer(wrong, bootstrap_timeout_ms=3000)
+    finally:
+        local.stop()
+
+
+def test_a_config_without_a_kafka_section_uses_the_local_brokers_tls(broker, monkeypatch):
+    monkeypatch.delenv("UNDERTOW_BOOTSTRAP", raising=False)
+    settings = resolve_kafka(KafkaSettings(client_id="me"), broker_dir=broker.data_dir)
+    assert (settings.security_protocol, settings.ssl_cafile, settings.client_id) == ("SSL", str(broker.ca_file), "me")
+    assert list_topics(settings) is not None  # it connects
+    spelled_out = resolve_kafka(KafkaSettings(security_protocol="SSL", ssl_cafile="/elsewhere/ca.pem"),
+                                broker_dir=broker.data_dir)
+    assert spelled_out.ssl_cafile == "/elsewhere/ca.pem"  # what the config says wins
