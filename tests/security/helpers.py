@@ -1,15 +1,23 @@
-"""What the security tests share: a LocalKafka's broker properties, and undertow's CLI run against it."""
+"""What the security tests share: a LocalKafka's broker properties, undertow's CLI run against it, and a
+group sent through a real processor worker to the trainer's feed."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
 
 from infra.broker import LocalKafka
-from streams import KafkaSettings
+from schemas import Experience
+from streams import KafkaSettings, RecordProducer, Topics
+from tests.processors.helpers import group
+from trainer.config import BatchingConfig
+from trainer.feed import Feed
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,3 +39,33 @@ def run_config(tmp_path: Path, ns: str, kafka: KafkaSettings, **sections) -> Pat
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump({"namespace": ns, "kafka": kafka.model_dump(exclude_none=True), **sections}))
     return path
+
+
+def through_worker_to_feed(ns: str, producer: KafkaSettings, worker: KafkaSettings, tmp_path: Path) -> tuple[list, dict]:
+    """Publish one group with `producer`'s settings; an `undertow process` worker and the trainer's
+    feed both connect with `worker`'s (from a config). Returns the feed's batch and its commit."""
+    topics = Topics(ns)
+    config = run_config(tmp_path, ns, worker, processors={"pipeline": ["clean", "reshape"], "app_id": f"proc-{ns}"})
+    with open(tmp_path / "process.log", "w") as log:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(**undertow("process", config=config, tmp_path=tmp_path, stdout=log,
+                                           stderr=subprocess.STDOUT))
+    samples = group("g0", [0.0, 1.0], behaviour_logprobs=[-0.5] * 3)  # the trainer refuses records without them
+    try:
+        with RecordProducer(producer) as p:
+            for e in samples:
+                p.send(topics.raw, e, key=e.group_id)
+        feed = Feed(worker, topics, BatchingConfig(experiences=2), group_id=f"{ns}-trainer", record_type=Experience,
+                    checks_staleness=True, producer=RecordProducer(worker), start={}, trained_ids=[])
+        batch, deadline = None, time.monotonic() + 120
+        while batch is None and time.monotonic() < deadline and proc.poll() is None:
+            feed.fill(version=0, timeout_ms=500)
+            batch = feed.next_batch(version=0, max_wait_s=60)
+        assert batch, (tmp_path / "process.log").read_text()[-3000:]
+        feed.trained_on(batch)
+        committed = feed.commit()
+        feed.close()
+        feed.producer.close()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    return batch, committed

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import signal
-import subprocess
 import time
 import uuid
 
@@ -15,13 +13,10 @@ from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
 from infra.broker import LocalKafka, free_port_block
 from infra.config import resolve_kafka
-from schemas import Experience, Task, encode
+from schemas import Task, encode
 from streams import (KafkaSettings, KafkaUnreachable, RecordConsumer, RecordProducer, Topics, create_topics,
                      list_topics, record_counts)
-from tests.processors.helpers import group
-from tests.security.helpers import run_config, undertow
-from trainer.config import BatchingConfig
-from trainer.feed import Feed
+from tests.security.helpers import through_worker_to_feed
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -103,28 +98,7 @@ def test_a_faust_worker_and_the_trainer_feed_connect_from_the_config(broker, tmp
     settings = tls(broker)
     ns = f"tls-{uuid.uuid4().hex[:8]}"
     create_topics(settings, ns)
-    topics = Topics(ns)
-    config = run_config(tmp_path, ns, settings, processors={"pipeline": ["clean", "reshape"], "app_id": f"proc-{ns}"})
-    with open(tmp_path / "process.log", "w") as log:  # the child keeps its own copy of the descriptor
-        proc = subprocess.Popen(**undertow("process", config=config, tmp_path=tmp_path, stdout=log,
-                                           stderr=subprocess.STDOUT))
-    samples = group("g0", [0.0, 1.0], behaviour_logprobs=[-0.5] * 3)  # the trainer refuses records without them
-    try:
-        with RecordProducer(settings) as p:
-            for e in samples:
-                p.send(topics.raw, e, key=e.group_id)
-        feed = Feed(settings, topics, BatchingConfig(experiences=2), group_id=f"{ns}-trainer", record_type=Experience,
-                    checks_staleness=True, producer=RecordProducer(settings), start={}, trained_ids=[])
-        batch, deadline = None, time.monotonic() + 120
-        while batch is None and time.monotonic() < deadline and proc.poll() is None:
-            feed.fill(version=0, timeout_ms=500)
-            batch = feed.next_batch(version=0, max_wait_s=60)
-        assert batch, (tmp_path / "process.log").read_text()[-3000:]
-        feed.close()
-        feed.producer.close()
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
+    batch, _ = through_worker_to_feed(ns, settings, settings, tmp_path)
     assert sorted(i.record.experience_id for i in batch) == ["g0/0", "g0/1"]
     low, high = sorted(batch, key=lambda i: i.record.sample_index)
     assert low.record.advantages[0] < 0 < high.record.advantages[0]  # reshape ran: the worker processed them
