@@ -25,7 +25,7 @@ from streams import KafkaSettings, Topics, connect
 from streams.admin import cluster_size
 from streams.faust_app import RecordIO, create_app, track_topics
 from processors.config import ProcessorsConfig
-from processors.commits import CommitWatch
+from processors.commits import CommitWatch, InOrder, Verdict, booked_consumer
 from processors.groups import Arrival
 from processors.pipeline import Output, Pipeline
 from processors.state import StageContext
@@ -97,6 +97,12 @@ def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worke
     last_record = [time.monotonic()]
     watchdog = Watchdog(cfg.stall_timeout_s).start()
     commits = CommitWatch(cfg.stall_timeout_s)
+    books = InOrder()
+    app.transport.Consumer = booked_consumer(books, topics.raw)  # before the worker creates its consumer
+
+    @app.on_partitions_revoked.connect
+    async def forget(sender: Any, revoked: set, **kwargs: Any) -> None:
+        books.forget(revoked)
 
     @app.task
     async def started() -> None:  # runs once Faust has started every service and recovered the tables
@@ -110,12 +116,13 @@ def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worke
         async for events in stream.take_events(cfg.batch_size, within=cfg.batch_within_s):
             with watchdog.busy(f"a batch of {len(events)} records"):
                 arrivals = []
-                for event in events:
+                for event in await in_order(app.consumer, books, events):
                     exp = await io.decode(event, expect=Experience)
                     if exp is not None:
                         arrivals.append(Arrival(exp, event.message.partition, event.message.offset, event.message.value))
                 last_record[0] = time.monotonic()
                 await publish(io, topics, pipeline.push(arrivals))
+                books.published()
 
     @app.timer(cfg.tick_every_s)
     async def close_timed_out_groups() -> None:
@@ -142,6 +149,21 @@ def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worke
         await publish_metrics(io, topics, pipeline, worker)
 
     return app
+
+
+async def in_order(consumer: Any, books: InOrder, events: list) -> list:
+    """The events each partition's book takes; a partition that skipped records is sought back."""
+    taken = []
+    for event in events:
+        tp = event.message.tp
+        verdict = books.admit(tp, event.message.offset, consumer._committed_offset.get(tp))
+        if verdict is Verdict.TAKE:
+            taken.append(event)
+        elif verdict is Verdict.EARLY and (offset := books.rewind(tp)) is not None:
+            log.warning("%s: offset %d arrived before %d; reading again from %d",
+                        tp, event.message.offset, offset, offset)
+            await consumer.seek(tp, offset)
+    return taken
 
 
 async def publish(io: RecordIO, topics: Topics, out: Output) -> None:

@@ -1,5 +1,4 @@
-"""A wedged processor worker exits with STALLED (to be restarted) and says where it waited; a
-partition whose commits are stuck behind what the worker read is found (and read again)."""
+"""A wedged processor worker exits with STALLED (to be restarted) and says where it waited."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import time
 
 import pytest
 
-from processors.commits import CommitWatch
 from processors.watchdog import STALLED
 from streams import RecordProducer, Topics
 from tests.processors.helpers import exp
@@ -67,20 +65,3 @@ def test_a_worker_wedged_by_a_plugin_exits_to_be_restarted(kafka, namespace, tmp
     log = (tmp_path / "process-1.log").read_text()
     assert "processor worker stalled: a batch of" in log
     assert "hang_on" in log  # the thread dump shows where it hung
-
-
-def test_commit_watch_names_a_partition_whose_read_record_is_never_committed():
-    watch = CommitWatch(stall_s=10)
-    assert watch.stuck({"p0": 5, "p1": None}, {"p0": None}, now=0.0) == []   # read 5, nothing committed yet
-    assert watch.stuck({"p0": 9}, {"p0": 6}, now=5.0) == []                  # 5 committed: now waiting on 9
-    assert watch.stuck({"p0": 9}, {"p0": 6}, now=14.0) == []
-    (tp, why), = watch.stuck({"p0": 9}, {"p0": 6}, now=15.5)
-    assert tp == "p0" and why.startswith("offset 9 was read 10 s ago")
-    assert watch.stuck({"p0": 9}, {"p0": 6}, now=16.0) == []                  # reported once, then watched afresh
-
-
-def test_commit_watch_is_quiet_for_an_idle_or_freshly_seeked_worker():
-    watch = CommitWatch(stall_s=10)
-    assert watch.stuck({"p0": 41}, {"p0": 42}, now=0.0) == []    # all read records committed
-    assert watch.stuck({"p0": 42}, {"p0": 42}, now=100.0) == []  # after a seek read holds the committed offset
-    assert watch.stuck({"p0": 42}, {"p0": 42}, now=200.0) == []
