@@ -28,7 +28,9 @@ class ProcessorsConfig(BaseModel):
     tick_every_s: float = Field(1.0, gt=0, description="how often timed-out groups are looked for")
     metrics_every_s: float = Field(5.0, gt=0, description="how often per-stage counters go to the metrics topic")
     stall_timeout_s: float = Field(
-        120.0, gt=0, description="a worker whose start-up or batch takes longer exits (code 75) to be restarted; "
-                             "a partition with a record read this long ago and not committed is read again")
+        120.0, gt=0, description="a worker whose start-up or batch takes longer exits (code 75) to be restarted")
+    resync_after_s: float = Field(
+        15.0, gt=0, description="a partition whose commit stands still this long while records wait past it "
+                            "is read again from its commit")
     idle_exit_s: float | None = Field(
         None, gt=0, description="stop after this many seconds without a record (tests, benchmarks); None: run until SIGTERM")

@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import Any, Iterator
 
 import faust
+from aiokafka.errors import KafkaError
 from kafka import KafkaConsumer
 from kafka.partitioner.default import murmur2
 
@@ -96,7 +97,7 @@ def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worke
     worker = worker or f"{socket.gethostname()}-{os.getpid()}"
     last_record = [time.monotonic()]
     watchdog = Watchdog(cfg.stall_timeout_s).start()
-    commits = CommitWatch(cfg.stall_timeout_s)
+    commits = CommitWatch(cfg.resync_after_s)
     books = InOrder()
     app.transport.Consumer = booked_consumer(books, topics.raw)  # before the worker creates its consumer
 
@@ -132,13 +133,17 @@ def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worke
             await publish_metrics(io, topics, pipeline, worker)
             os.kill(os.getpid(), signal.SIGTERM)  # the worker's own handler shuts down cleanly
 
-    @app.timer(1.0)
+    @app.timer(5.0)  # asks the broker for end offsets: that can take a second on a busy machine
     async def check_commits() -> None:
-        consumer = app.consumer  # Faust's own offset books: what was read, what is committed
-        raw = {tp for tp in consumer.assignment() if tp.topic == topics.raw}
-        read = {tp: consumer._read_offset.get(tp) for tp in raw}
-        committed = {tp: consumer._committed_offset.get(tp) for tp in raw}
-        for tp, why in commits.stuck(read, committed, time.monotonic()):
+        consumer = app.consumer
+        raw = [] if app.rebalancing else [tp for tp in consumer.assignment() if tp.topic == topics.raw]
+        try:  # the rebalance (table recovery included) may keep streams waiting as long as it needs
+            end = await consumer.highwaters(*raw) if raw else {}
+        except KafkaError as exc:  # a broker away for a moment: look again next time
+            log.info("end offsets unavailable: %r", exc)
+            return
+        committed = {tp: consumer._committed_offset.get(tp) for tp in raw}  # Faust has no public view
+        for tp, why in commits.stuck(end, committed, time.monotonic()):
             if committed[tp] is None:
                 watchdog.fail(f"{tp}: {why}")  # nothing to seek back to: a restart reads from the start
             log.warning("%s: %s; reading it again from there", tp, why)

@@ -66,7 +66,6 @@ def test_the_loop_survives_a_sigkill(fault, cluster, warm_start, tmp_path):
     # Partial groups (a sample lost to a fault) are released within 10 + 10 s, and the stage ends
     # once the trainer had nothing for 25 s: longer than that, and than any restart plus rebalance.
     cfg["processors"]["group_timeout_s"] = 10
-    cfg["processors"]["stall_timeout_s"] = 30  # a partition whose commits are stuck is read again well before the end
     cfg["trainer"]["batching"]["group_timeout_s"] = 10
     cfg["run"]["idle_timeout_s"] = 25
     proc = start_run(cfg, tmp_path, cluster)

@@ -154,7 +154,7 @@ def test_a_worker_killed_mid_stream_loses_nothing(kafka, namespace, tmp_path):
     (Faust; processors/commits.py), read again at once: the commit watch, the slow backstop, is set
     beyond this test's patience. The unit tests in test_commits.py pin the mechanism down."""
     topics = Topics(namespace)
-    section = dict(pipeline=["clean", {"name": "reshape", "advantage": "grpo"}], stall_timeout_s=600)
+    section = dict(pipeline=["clean", {"name": "reshape", "advantage": "grpo"}], resync_after_s=600)
     sent: list[str] = []
 
     def publish() -> None:

@@ -1,6 +1,6 @@
 """Each raw record is handed to the pipeline once and in offset order, commits never pass one that
 was not published, and a partition that skipped records is read again from the first one missing;
-a partition whose commits stay behind what the worker read is found (the backstop)."""
+a partition whose commit stands still while records wait is found (the backstop)."""
 
 from __future__ import annotations
 
@@ -78,18 +78,22 @@ def test_the_consumer_delivers_nothing_of_a_partition_after_a_seek_until_the_off
     assert consumer._read_offset["p0"] == 10  # so Faust's check lets 10 through
 
 
-def test_commit_watch_names_a_partition_whose_read_record_is_never_committed():
+def test_commit_watch_names_a_partition_whose_commit_stands_still_with_records_waiting():
     watch = CommitWatch(stall_s=10)
-    assert watch.stuck({"p0": 5, "p1": None}, {"p0": None}, now=0.0) == []   # read 5, nothing committed yet
-    assert watch.stuck({"p0": 9}, {"p0": 6}, now=5.0) == []                  # 5 committed: now waiting on 9
-    assert watch.stuck({"p0": 9}, {"p0": 6}, now=14.0) == []
-    (tp, why), = watch.stuck({"p0": 9}, {"p0": 6}, now=15.5)
-    assert tp == "p0" and why.startswith("offset 9 was read 10 s ago")
-    assert watch.stuck({"p0": 9}, {"p0": 6}, now=16.0) == []                  # reported once, then watched afresh
+    assert watch.stuck({"p0": 9, "p1": 3}, {"p0": 5, "p1": None}, now=0.0) == []
+    assert watch.stuck({"p0": 12, "p1": 3}, {"p0": 7}, now=8.0) == []        # p0's commit moved: watched afresh
+    (tp, why), = watch.stuck({"p0": 12, "p1": 3}, {"p0": 7}, now=10.5)       # p1: nothing committed for 10 s
+    assert tp == "p1" and why.startswith("the commit stayed at None for 10 s while records up to 2 waited")
+    assert watch.stuck({"p0": 12, "p1": 3}, {"p0": 7}, now=17.0) == []       # p1 reported once, then watched afresh
+    (tp, why), = watch.stuck({"p0": 12, "p1": 3}, {"p0": 7}, now=18.5)
+    assert tp == "p0" and "stayed at 7" in why
 
 
-def test_commit_watch_is_quiet_for_an_idle_or_freshly_seeked_worker():
+def test_commit_watch_is_quiet_for_a_caught_up_or_unwatched_partition():
     watch = CommitWatch(stall_s=10)
-    assert watch.stuck({"p0": 41}, {"p0": 42}, now=0.0) == []    # all read records committed
-    assert watch.stuck({"p0": 42}, {"p0": 42}, now=100.0) == []  # after a seek read holds the committed offset
-    assert watch.stuck({"p0": 42}, {"p0": 42}, now=200.0) == []
+    assert watch.stuck({"p0": 42, "p1": 0}, {"p0": 42, "p1": None}, now=0.0) == []  # nothing waits
+    assert watch.stuck({"p0": 42, "p1": 0}, {"p0": 42, "p1": None}, now=100.0) == []
+    assert watch.stuck({"p0": 50}, {"p0": 42}, now=100.0) == []
+    assert watch.stuck({}, {}, now=105.0) == []                                      # rebalancing: not watched
+    assert watch.stuck({"p0": 50}, {"p0": 42}, now=111.0) == []                      # watched afresh from 111
+    assert [tp for tp, _ in watch.stuck({"p0": 50}, {"p0": 42}, now=121.5)] == ["p0"]
