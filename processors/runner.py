@@ -136,8 +136,9 @@ def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worke
     @app.timer(5.0)  # asks the broker for end offsets: that can take a second on a busy machine
     async def check_commits() -> None:
         consumer = app.consumer
+        # A rebalance, table recovery included, may keep the streams waiting as long as it needs.
         raw = [] if app.rebalancing else [tp for tp in consumer.assignment() if tp.topic == topics.raw]
-        try:  # the rebalance (table recovery included) may keep streams waiting as long as it needs
+        try:
             end = await consumer.highwaters(*raw) if raw else {}
         except KafkaError as exc:  # a broker away for a moment: look again next time
             log.info("end offsets unavailable: %r", exc)
