@@ -71,11 +71,12 @@ class RolloutWorker:
         last_work = time.monotonic()
         try:
             while not stop.is_set() and (max_tasks is None or self.stats.tasks < max_tasks):
-                self._swap_weights()
-                if self._wait_for_trainer():
-                    continue
+                if not self._admitted(stop):
+                    break
                 deliveries = self.consumer.poll(timeout_ms=200, max_records=1)
                 for delivery in deliveries:
+                    if not self._admitted(stop):  # a version announced while poll() waited binds this task too
+                        break  # stopped first: the task stays uncommitted and comes again
                     self._process(delivery)
                     last_work = time.monotonic()
                 if not deliveries and idle_timeout is not None and time.monotonic() - last_work > idle_timeout:
@@ -100,6 +101,14 @@ class RolloutWorker:
         self.admission.weights_loaded(ready.version)
         self.stats.weight_swaps += 1
         log.info("%s: now generating with %s v%d", self.name, self.model_name, ready.version)
+
+    def _admitted(self, stop: threading.Event) -> bool:
+        """Load the newest weights and wait while admission says so; False when stopped first."""
+        while not stop.is_set():
+            self._swap_weights()
+            if not self._wait_for_trainer():
+                return True
+        return False
 
     def _wait_for_trainer(self) -> bool:
         """True (after a short pause that keeps the group membership alive) when admission says wait."""

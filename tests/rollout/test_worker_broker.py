@@ -83,6 +83,30 @@ def test_worker_publishes_experiences_and_hot_swaps_weights(kafka, namespace, co
     assert len(metrics) == 3 and metrics[-1].values["policy_version"] == 1.0
 
 
+def test_weights_announced_while_polling_bind_the_task_that_poll_returns(kafka, namespace, config_path):
+    """The race behind a once-flaky hot-swap test: v1 lands while poll() waits, and poll() then
+    returns a task. With max_staleness 0 that task must be generated on v1."""
+    config = load_run_config(config_path(rollout=ROLLOUT), RolloutRunConfig)
+    topics = Topics(namespace)
+    worker = RolloutWorker(config, kafka, "w0")
+    poll = worker.consumer.poll
+
+    def poll_while_v1_lands(**kw):
+        deliveries = poll(**kw)
+        if deliveries and worker.subscriber.latest_announced == 0:
+            with RecordProducer(kafka) as producer:
+                publish_weights(producer, topics, 1, seed=7)
+            wait_for(lambda: worker.subscriber.latest_announced == 1, what="v1 announced")
+        return deliveries
+
+    worker.consumer.poll = poll_while_v1_lands
+    with RecordProducer(kafka) as producer:
+        producer.send(topics.tasks, Task(task_id="t1", prompt="What is 2+3?", answer="5", group_size=2), key="t1")
+    stats = worker.run(max_tasks=1)
+    assert stats.weight_swaps == 1
+    assert {e.policy_version for e in experiences_of(kafka, topics, "t1")} == {1}
+
+
 def test_redelivered_task_yields_the_same_experience_ids(kafka, namespace, config_path):
     config = load_run_config(config_path(rollout=ROLLOUT), RolloutRunConfig)
     topics = Topics(namespace)
