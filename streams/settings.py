@@ -27,6 +27,7 @@ class KafkaSettings(BaseModel):
     ssl_cafile: str | None = Field(None, description="CA bundle that signed the brokers' certificates")
     ssl_certfile: str | None = Field(None, description="client certificate (mutual TLS)")
     ssl_keyfile: str | None = Field(None, description="client private key (mutual TLS)")
+    ssl_password: str | None = Field(None, description="password of an encrypted ssl_keyfile")
     ssl_check_hostname: bool = Field(True, description="verify the broker's host name against its certificate")
     client_id: str = Field("undertow", description="client id reported to the brokers")
 
@@ -74,8 +75,9 @@ class KafkaSettings(BaseModel):
             kw.update(sasl_mechanism=self.sasl_mechanism or "PLAIN", sasl_plain_username=self.sasl_username,
                       sasl_plain_password=self.sasl_password)
         if "SSL" in self.security_protocol:
-            kw.update(ssl_cafile=self.ssl_cafile, ssl_certfile=self.ssl_certfile, ssl_keyfile=self.ssl_keyfile,
-                      ssl_check_hostname=self.ssl_check_hostname)
+            # The context Faust gets too: a file that cannot be read fails here, naming its setting,
+            # where kafka-python would retry the handshake until its bootstrap timeout.
+            kw.update(ssl_context=self.ssl_context(), ssl_check_hostname=self.ssl_check_hostname)
         return kw
 
     def faust_broker(self) -> list[str]:
@@ -93,8 +95,8 @@ class KafkaSettings(BaseModel):
         return faust.SSLCredentials(context) if context else None
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        """What Faust hands aiokafka. A file that cannot be read is a ValueError naming the setting:
-        ssl's own FileNotFoundError names no file, and escapes the CLI's one-line errors."""
+        """The TLS context every client gets. A file that cannot be read is a ValueError naming the
+        setting: ssl's own FileNotFoundError names no file, and escapes the CLI's one-line errors."""
         if "SSL" not in self.security_protocol:
             return None
         try:
@@ -104,8 +106,9 @@ class KafkaSettings(BaseModel):
         context.check_hostname = self.ssl_check_hostname
         if self.ssl_certfile:
             try:
-                context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile)
+                # A password of None with an encrypted key would prompt on the terminal: never from a worker.
+                context.load_cert_chain(self.ssl_certfile, self.ssl_keyfile, password=self.ssl_password or "")
             except OSError as e:
-                raise ValueError(f"ssl_certfile / ssl_keyfile: cannot load {self.ssl_certfile} / "
+                raise ValueError(f"ssl_certfile / ssl_keyfile / ssl_password: cannot load {self.ssl_certfile} / "
                                  f"{self.ssl_keyfile}: {e}") from None
         return context

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import ssl
+import subprocess
 
 import pytest
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 from pydantic import ValidationError
 
-from streams import KafkaSettings
+from kafka import KafkaConsumer
+
+from streams import KafkaSettings, connect
 
 
 def test_a_sasl_protocol_without_a_mechanism_means_plain_for_every_client():
@@ -45,5 +48,27 @@ def test_a_tls_file_faust_cannot_load_is_a_clear_error_naming_the_setting(tmp_pa
     with pytest.raises(ValueError, match="ssl_cafile: cannot load .*junk.pem"):
         missing.model_copy(update={"ssl_cafile": str(tmp_path / "junk.pem")}).ssl_context()
     no_cert = KafkaSettings(bootstrap_servers="b:1", security_protocol="SSL", ssl_certfile=str(tmp_path / "me.pem"))
-    with pytest.raises(ValueError, match="ssl_certfile / ssl_keyfile: cannot load .*me.pem / None"):
+    with pytest.raises(ValueError, match="ssl_certfile / ssl_keyfile / ssl_password: cannot load .*me.pem / None"):
         no_cert.ssl_context()
+
+
+def test_a_kafka_python_client_with_a_wrong_ca_path_fails_at_once_naming_it(tmp_path):
+    # Before: kafka-python got the path, failed each handshake and retried until its 30 s bootstrap
+    # timeout, then said only that no broker was reachable.
+    typo = KafkaSettings(bootstrap_servers="127.0.0.1:1", security_protocol="SSL", ssl_cafile=str(tmp_path / "ca.pme"))
+    with pytest.raises(ValueError, match="ssl_cafile: cannot load .*ca.pme"):
+        connect(KafkaConsumer, typo)
+
+
+def test_an_encrypted_client_key_is_opened_with_ssl_password_for_every_client(tmp_path):
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-keyout", "key.pem", "-out", "cert.pem", "-passout", "pass:s3cret", "-subj", "/CN=me", "-days", "1"],
+                   cwd=tmp_path, check=True, capture_output=True)
+    assert "ENCRYPTED" in (tmp_path / "key.pem").read_text()
+    s = KafkaSettings(bootstrap_servers="b:1", security_protocol="SSL", ssl_certfile=str(tmp_path / "cert.pem"),
+                      ssl_keyfile=str(tmp_path / "key.pem"), ssl_password="s3cret")
+    assert isinstance(s.kafka_python()["ssl_context"], ssl.SSLContext)
+    assert credentials_to_aiokafka_auth(s.faust_credentials())["ssl_context"] is not None
+    for wrong in (None, "guess"):  # None must not prompt on the terminal: it is a clear error too
+        with pytest.raises(ValueError, match="ssl_password: cannot load .*cert.pem / .*key.pem"):
+            s.model_copy(update={"ssl_password": wrong}).kafka_python()
