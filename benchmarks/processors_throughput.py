@@ -226,7 +226,7 @@ def latency(kafka: KafkaSettings, topics: Topics, start_group: int, rate: float,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--records", type=int, default=100_000, help="records for the throughput/RSS run")
+    ap.add_argument("--records", type=int, default=1_000_000, help="records for the throughput/RSS run")
     ap.add_argument("--rate", type=float, default=1000.0, help="experiences/s for the latency run")
     ap.add_argument("--latency-seconds", type=float, default=10.0)
     ap.add_argument("--bootstrap", default=os.environ.get("UNDERTOW_BOOTSTRAP"))
@@ -258,6 +258,13 @@ def main() -> None:
         print(result, flush=True)
         print(f"worker = {result['worker_vs_passthrough']} of raw passthrough "
               f"({result['worker']['per_s']} vs {result['passthrough']['per_s']} records/s)", flush=True)
+        rss = result["worker"]["rss_mb"]
+        if "100k" in rss:
+            print(f"worker RSS after {records} records = {rss['end'] / rss['100k']:.2f} x its RSS after 100k "
+                  f"({rss['end']:.0f} vs {rss['100k']:.0f} MB; highest {max(rss.values()):.0f} MB)", flush=True)
+        lat = result["latency"]
+        print(f"publish -> ready at {lat['rate']:.0f}/s: p50 {lat['worker']['p50_ms']} ms, p99 {lat['worker']['p99_ms']} ms "
+              f"(broker alone: p50 {lat['no_worker']['p50_ms']} ms, p99 {lat['no_worker']['p99_ms']} ms)", flush=True)
     finally:
         if worker is not None:
             worker.send_signal(signal.SIGTERM)
