@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import ssl
+
 import pytest
 from pydantic import ValidationError
 
@@ -25,11 +27,12 @@ def test_missing_bootstrap_is_a_clear_error(monkeypatch):
 
 def test_sasl_ssl_settings_pass_through_to_every_client():
     s = KafkaSettings(bootstrap_servers="b:9093", security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
-                      sasl_username="u", sasl_password="p", ssl_cafile="/ca.pem", ssl_check_hostname=False)
+                      sasl_username="u", sasl_password="p", ssl_check_hostname=False)  # the system's CAs
     kw = s.kafka_python()
     assert kw["security_protocol"] == "SASL_SSL" and kw["sasl_mechanism"] == "SCRAM-SHA-512"
-    assert (kw["sasl_plain_username"], kw["sasl_plain_password"], kw["ssl_cafile"]) == ("u", "p", "/ca.pem")
-    assert kw["ssl_check_hostname"] is False
+    assert (kw["sasl_plain_username"], kw["sasl_plain_password"]) == ("u", "p")
+    assert kw["ssl_check_hostname"] is False and kw["ssl_context"].check_hostname is False
+    assert kw["ssl_context"].verify_mode == ssl.CERT_REQUIRED
     assert s.faust_broker() == ["kafka://b:9093"]
 
 
