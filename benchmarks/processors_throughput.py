@@ -90,8 +90,7 @@ def passthrough(kafka: KafkaSettings, source: str, dest: str, records: int, stop
     """Forward `records` raw records from `source` to `dest`, committing after each flush; then
     wait for `stop` (a process that exited could no longer be asked for its CPU time)."""
     consumer = connect(KafkaConsumer, kafka, source, group_id=f"passthrough-{uuid.uuid4().hex[:6]}",
-                       auto_offset_reset="earliest", enable_auto_commit=False, max_poll_records=1000,
-                       check_crcs=False)  # kafka-python checks CRC32C in pure Python: most of its time
+                       auto_offset_reset="earliest", enable_auto_commit=False, max_poll_records=1000)
     with RecordProducer(kafka, linger_ms=5, batch_size=1 << 20) as producer:
         done = 0
         while done < records:
@@ -196,7 +195,7 @@ def worker_run(kafka: KafkaSettings, topics: Topics, config: Path, records: int)
 def latency(kafka: KafkaSettings, topics: Topics, start_group: int, rate: float, seconds: float) -> dict:
     """publish -> received on experiences.ready (through the worker) and on experiences.raw (the same
     records straight from the broker: what this harness and machine add without any worker)."""
-    consumer = connect(KafkaConsumer, kafka, group_id=None, auto_offset_reset="latest", check_crcs=False)
+    consumer = connect(KafkaConsumer, kafka, group_id=None, auto_offset_reset="latest")
     consumer.assign([TopicPartition(t, p) for t in (topics.raw, topics.ready)
                      for p in consumer.partitions_for_topic(t)])
     consumer.seek_to_end()
