@@ -7,9 +7,8 @@ import subprocess
 
 import pytest
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
-from pydantic import ValidationError
-
 from kafka import KafkaConsumer
+from pydantic import ValidationError
 
 from streams import KafkaSettings, connect
 
