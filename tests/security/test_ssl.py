@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -12,6 +14,7 @@ from aiokafka.errors import KafkaConnectionError
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
 from infra.broker import LocalKafka, free_port_block
+from infra.certificates import make_certificates
 from infra.config import resolve_kafka
 from schemas import Task, encode
 from streams import (KafkaSettings, KafkaUnreachable, RecordConsumer, RecordProducer, Topics, create_topics,
@@ -131,3 +134,44 @@ def test_a_config_without_a_kafka_section_uses_the_local_brokers_tls(broker, mon
     spelled_out = resolve_kafka(KafkaSettings(security_protocol="SSL", ssl_cafile="/elsewhere/ca.pem"),
                                 broker_dir=broker.data_dir)
     assert spelled_out.ssl_cafile == "/elsewhere/ca.pem"  # what the config says wins
+
+
+def test_a_broker_that_requires_client_certificates_admits_every_client_that_holds_one(tmp_path, caplog):
+    """Mutual TLS: admin, producer, a Faust worker and the trainer's feed all present the `kafka:` key."""
+    data = tmp_path / "kafka"
+    make_certificates(data / "tls")  # the broker's own; start() keeps what it finds
+    client_ca = client_certificate(tmp_path, password="s3cret")
+    trusted = tmp_path / "trusted.pem"  # brokers still trust each other, and now the clients' CA too
+    trusted.write_text((data / "tls" / "ca.pem").read_text() + client_ca.read_text())
+    local = LocalKafka(data, port=free_port_block(2), tls=True,
+                       extra={"ssl.client.auth": "required", "ssl.truststore.location": str(trusted)})
+    anonymous = tls(local)
+    settings = anonymous.model_copy(update={"ssl_certfile": str(tmp_path / "client.pem"),
+                                            "ssl_keyfile": str(tmp_path / "client.key"), "ssl_password": "s3cret"})
+    local.settings = lambda: settings  # what start() checks readiness with: LocalKafka makes no client keys
+    local.start()
+    try:
+        with pytest.raises(KafkaUnreachable, match="accepted a SSL connection"):
+            RecordProducer(anonymous, bootstrap_timeout_ms=3000)
+        assert "BAD_CERTIFICATE" in caplog.text  # refused for the missing certificate
+        ns = f"mtls-{uuid.uuid4().hex[:8]}"
+        assert len(create_topics(settings, ns)) == 7
+        batch, _ = through_worker_to_feed(ns, settings, settings, tmp_path)
+        assert sorted(i.record.experience_id for i in batch) == ["g0/0", "g0/1"]
+    finally:
+        local.stop()
+
+
+def client_certificate(tmp_path: Path, password: str) -> Path:
+    """A client CA (returned) and `client.pem` / `client.key` it signs, the key encrypted with `password`."""
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
+    openssl("req", "-x509", *ec, "-nodes", "-keyout", "client-ca.key", "-out", "client-ca.pem",
+            "-subj", "/CN=undertow test clients", "-days", "1")
+    openssl("req", "-new", *ec, "-keyout", "client.key", "-passout", f"pass:{password}", "-out", "client.csr",
+            "-subj", "/CN=trainer")
+    openssl("x509", "-req", "-in", "client.csr", "-CA", "client-ca.pem", "-CAkey", "client-ca.key",
+            "-CAcreateserial", "-out", "client.pem", "-days", "1")
+    return tmp_path / "client-ca.pem"
