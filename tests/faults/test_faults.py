@@ -31,7 +31,7 @@ from tests.run_output import stop_run, wait_run
 
 pytestmark = [pytest.mark.broker, pytest.mark.cluster, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
-TASKS = 800  # x 8 samples = 100 trainer steps of 64
+TASKS = 1600  # x 8 samples = 200 trainer steps of 64
 FAULT_AT_STEP = 20
 
 
