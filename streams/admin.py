@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
+from kafka.errors import NodeNotReadyError, UnknownBrokerIdError
 
 from streams.connect import connect
 from streams.settings import KafkaSettings
 from streams.topics import Topics
+
+CREATE_ATTEMPTS = 5
 
 
 @dataclass
@@ -46,12 +50,24 @@ def create_topics(settings: KafkaSettings, namespace: str, replication_factor: i
 
     Replication defaults to min(3, brokers). `partitions` overrides the catalog per suffix.
     """
-    topics = Topics(namespace)
+    args = (settings, Topics(namespace), replication_factor, partitions or {})
+    for attempt in range(1, CREATE_ATTEMPTS):
+        try:
+            return _create_missing(*args)
+        except (UnknownBrokerIdError, NodeNotReadyError):
+            # Just after brokers start, a new client can be told the controller's id before its
+            # metadata lists that broker; kafka-python then fails at once rather than waiting.
+            time.sleep(attempt)
+    return _create_missing(*args)
+
+
+def _create_missing(settings: KafkaSettings, topics: Topics, replication_factor: int | None,
+                    partitions: dict[str, int]) -> list[str]:
     with admin_client(settings) as admin:
         rf = replication_factor or min(3, len(admin.describe_cluster()["brokers"]))
         existing = set(admin.list_topics())
         new = {
-            name: {"num_partitions": (partitions or {}).get(spec.suffix, spec.partitions),
+            name: {"num_partitions": partitions.get(spec.suffix, spec.partitions),
                    "replication_factor": rf, "configs": spec.topic_configs(rf)}
             for name, spec in topics.specs().items() if name not in existing
         }
