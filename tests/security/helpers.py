@@ -1,5 +1,5 @@
-"""What the security tests share: a LocalKafka's broker properties, undertow's CLI run against it, and a
-group sent through a real processor worker to the trainer's feed."""
+"""What the security tests share: a LocalKafka's broker properties, undertow's CLI run against it, a
+client certificate, and a group sent through a real processor worker to the trainer's feed."""
 
 from __future__ import annotations
 
@@ -39,6 +39,21 @@ def run_config(tmp_path: Path, ns: str, kafka: KafkaSettings, **sections) -> Pat
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump({"namespace": ns, "kafka": kafka.model_dump(exclude_none=True), **sections}))
     return path
+
+
+def client_certificate(tmp_path: Path, password: str) -> Path:
+    """A client CA (returned) and `cert.pem` / `key.pem` it signs, the key encrypted with `password`."""
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
+    openssl("req", "-x509", *ec, "-nodes", "-keyout", "client-ca.key", "-out", "client-ca.pem",
+            "-subj", "/CN=undertow test clients", "-days", "1")
+    openssl("req", "-new", *ec, "-keyout", "key.pem", "-passout", f"pass:{password}", "-out", "client.csr",
+            "-subj", "/CN=trainer")
+    openssl("x509", "-req", "-in", "client.csr", "-CA", "client-ca.pem", "-CAkey", "client-ca.key",
+            "-CAcreateserial", "-out", "cert.pem", "-days", "1")
+    return tmp_path / "client-ca.pem"
 
 
 def through_worker_to_feed(ns: str, producer: KafkaSettings, worker: KafkaSettings, tmp_path: Path) -> tuple[list, dict]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ssl
-import subprocess
 
 import pytest
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
@@ -11,6 +10,7 @@ from kafka import KafkaConsumer
 from pydantic import ValidationError
 
 from streams import KafkaSettings, connect
+from tests.security.helpers import client_certificate
 
 
 def test_a_sasl_protocol_without_a_mechanism_means_plain_for_every_client():
@@ -60,9 +60,7 @@ def test_a_kafka_python_client_with_a_wrong_ca_path_fails_at_once_naming_it(tmp_
 
 
 def test_an_encrypted_client_key_is_opened_with_ssl_password_for_every_client(tmp_path):
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-keyout", "key.pem", "-out", "cert.pem", "-passout", "pass:s3cret", "-subj", "/CN=me", "-days", "1"],
-                   cwd=tmp_path, check=True, capture_output=True)
+    client_certificate(tmp_path, password="s3cret")
     assert "ENCRYPTED" in (tmp_path / "key.pem").read_text()
     s = KafkaSettings(bootstrap_servers="b:1", security_protocol="SSL", ssl_certfile=str(tmp_path / "cert.pem"),
                       ssl_keyfile=str(tmp_path / "key.pem"), ssl_password="s3cret")

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -19,7 +17,7 @@ from infra.config import resolve_kafka
 from schemas import Task, encode
 from streams import (KafkaSettings, KafkaUnreachable, RecordConsumer, RecordProducer, Topics, create_topics,
                      list_topics, record_counts)
-from tests.security.helpers import through_worker_to_feed
+from tests.security.helpers import client_certificate, through_worker_to_feed
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -138,16 +136,14 @@ def test_a_config_without_a_kafka_section_uses_the_local_brokers_tls(broker, mon
 
 def test_a_broker_that_requires_client_certificates_admits_every_client_that_holds_one(tmp_path, caplog):
     """Mutual TLS: admin, producer, a Faust worker and the trainer's feed all present the `kafka:` key."""
-    data = tmp_path / "kafka"
-    make_certificates(data / "tls")  # the broker's own; start() keeps what it finds
-    client_ca = client_certificate(tmp_path, password="s3cret")
     trusted = tmp_path / "trusted.pem"  # brokers still trust each other, and now the clients' CA too
-    trusted.write_text((data / "tls" / "ca.pem").read_text() + client_ca.read_text())
-    local = LocalKafka(data, port=free_port_block(2), tls=True,
+    local = LocalKafka(tmp_path / "kafka", port=free_port_block(2), tls=True,
                        extra={"ssl.client.auth": "required", "ssl.truststore.location": str(trusted)})
+    make_certificates(local.ca_file.parent)  # the broker's own; start() keeps what it finds
+    trusted.write_text(local.ca_file.read_text() + client_certificate(tmp_path, password="s3cret").read_text())
     anonymous = tls(local)
-    settings = anonymous.model_copy(update={"ssl_certfile": str(tmp_path / "client.pem"),
-                                            "ssl_keyfile": str(tmp_path / "client.key"), "ssl_password": "s3cret"})
+    settings = anonymous.model_copy(update={"ssl_certfile": str(tmp_path / "cert.pem"),
+                                            "ssl_keyfile": str(tmp_path / "key.pem"), "ssl_password": "s3cret"})
     local.settings = lambda: settings  # what start() checks readiness with: LocalKafka makes no client keys
     local.start()
     try:
@@ -161,17 +157,3 @@ def test_a_broker_that_requires_client_certificates_admits_every_client_that_hol
     finally:
         local.stop()
 
-
-def client_certificate(tmp_path: Path, password: str) -> Path:
-    """A client CA (returned) and `client.pem` / `client.key` it signs, the key encrypted with `password`."""
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=tmp_path, check=True, capture_output=True)
-
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
-    openssl("req", "-x509", *ec, "-nodes", "-keyout", "client-ca.key", "-out", "client-ca.pem",
-            "-subj", "/CN=undertow test clients", "-days", "1")
-    openssl("req", "-new", *ec, "-keyout", "client.key", "-passout", f"pass:{password}", "-out", "client.csr",
-            "-subj", "/CN=trainer")
-    openssl("x509", "-req", "-in", "client.csr", "-CA", "client-ca.pem", "-CAkey", "client-ca.key",
-            "-CAcreateserial", "-out", "client.pem", "-days", "1")
-    return tmp_path / "client-ca.pem"
