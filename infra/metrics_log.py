@@ -1,13 +1,18 @@
-"""Follow the metrics topic: append every event to <run>/metrics.jsonl and keep the latest values."""
+"""Follow the metrics topic: append every event to <run>/metrics.jsonl and keep the latest values;
+and publish the run's own events (its restart policy, each restart and its cause) onto that topic."""
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
+import time
 from pathlib import Path
 
 from schemas import MetricEvent
-from streams import KafkaSettings, RecordConsumer, Topics
+from streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
+
+log = logging.getLogger(__name__)
 
 
 class MetricsRecorder(threading.Thread):
@@ -29,8 +34,8 @@ class MetricsRecorder(threading.Thread):
                 deliveries = consumer.poll(timeout_ms=500)
                 for d in deliveries:
                     event = d.record
-                    out.write(json.dumps({**self.labels, "component": event.component, "step": event.step,
-                                          "time": event.time, **event.values}) + "\n")
+                    out.write(json.dumps({**event.labels, **self.labels, "component": event.component,
+                                          "step": event.step, "time": event.time, **event.values}) + "\n")
                     with self._lock:
                         self.latest[event.component] = event
                 out.flush()
@@ -50,6 +55,30 @@ class MetricsRecorder(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join(10)
+
+
+class RunEvents:
+    """The supervisor's own metric events (component "run"), on the metrics topic like everyone's:
+    the recorder writes them to metrics.jsonl, the archive and `undertow query` see them too."""
+
+    def __init__(self, kafka: KafkaSettings, namespace: str):
+        self.topic = Topics(namespace).metrics
+        self.producer = RecordProducer(kafka)
+
+    def publish(self, event: str, values: dict[str, float], **labels: str) -> None:
+        """Send one event; a broker that refuses it costs the event, not the run (it is in run.json too)."""
+        record = MetricEvent(component="run", values=values, time=time.time(), labels={"event": event, **labels})
+        try:
+            self.producer.send(self.topic, record, key="run")
+            self.producer.flush(timeout=10)  # bounded: the watch of the other components waits meanwhile
+        except Exception as e:  # noqa: BLE001 — supervision must go on while a broker is down
+            log.warning("run: could not publish the %s event: %s", event, e)
+
+    def close(self) -> None:
+        try:
+            self.producer.close(timeout=10)
+        except Exception:  # noqa: BLE001
+            pass
 
 
 def read_metrics(path: Path) -> list[dict]:

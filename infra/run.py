@@ -1,9 +1,11 @@
 """`undertow run`: the whole loop on one machine, stage after stage, each component its own process.
 
 Per stage: processors, trainer, rollout workers and feeder start as `undertow <stage> CONFIG`
-children against one broker. The stage ends when the trainer reaches its steps; a child that dies
-before that ends the run with its log's tail. Ctrl-C stops feeder and workers first, then the
-trainer (which checkpoints), then the processors, so that `--resume` continues where it stopped.
+children against one broker. The stage ends when the trainer reaches its steps. A child that
+crashes is restarted after a backoff (`run.restarts`); one that crashes more often than the policy
+allows ends the run as failed, with its log's tail. Ctrl-C stops feeder and workers first, then
+the trainer (which checkpoints), then the processors. `--resume` continues an interrupted or a
+failed run from the stage it stopped in: every component resumes from what it committed.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from infra.broker import LocalKafka, free_port_block
-from infra.metrics_log import MetricsRecorder
-from infra.run_config import RunConfig, Stage, stage_mapping, write_yaml
-from infra.supervisor import Supervisor
+from infra.metrics_log import MetricsRecorder, RunEvents
+from infra.restarts import Crash, RestartBudget
+from infra.run_config import RestartPolicy, RunConfig, Stage, stage_mapping, write_yaml
+from infra.supervisor import Child, Supervisor
 from streams import KafkaSettings, create_topics
 
 STOP_ORDER = ["feeder", "rollout", "trainer", "processors", "archive"]  # the trainer checkpoints before processors go
@@ -45,11 +48,58 @@ class RunState:
 
 @dataclass
 class StageOutcome:
+    """A stage's entry in run.json; a resumed stage adds its attempt's restarts to the earlier ones."""
+
     name: str
     status: str
     seconds: float
     message: str = ""
-    restarts: dict[str, int] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)  # restarts per component
+    restart_policy: dict[str, float] = field(default_factory=dict)
+    crashes: list[dict[str, Any]] = field(default_factory=list)  # each crash: when, cause, log line, backoff
+    attempts: int = 1
+
+    def after(self, earlier: dict[str, Any] | None) -> "StageOutcome":
+        """This attempt's outcome, counting what earlier attempts of the stage recorded."""
+        if earlier is None:
+            return self
+        restarts = dict(earlier.get("restarts", {}))
+        for component, n in self.restarts.items():
+            restarts[component] = restarts.get(component, 0) + n
+        return StageOutcome(self.name, self.status, earlier.get("seconds", 0.0) + self.seconds, self.message,
+                            restarts, self.restart_policy, earlier.get("crashes", []) + self.crashes,
+                            earlier.get("attempts", 1) + 1)
+
+
+class StageWatch:
+    """One stage's crashes: counted against the restart policy, published, restarts scheduled."""
+
+    def __init__(self, sup: Supervisor, policy: RestartPolicy, events: RunEvents, stage: str):
+        self.sup, self.policy, self.events, self.stage = sup, policy, events, stage
+        self.budget = RestartBudget(policy)
+        self.crashes: list[Crash] = []
+        events.publish("restart_policy", {f"restart_{k}": float(v) for k, v in policy.model_dump().items()})
+
+    def crashed(self, child: Child) -> Crash:
+        """Count a crash; schedule the restart (without waiting for it) if the policy allows one."""
+        crash = self.budget.crashed(child.name, time.time(), child.returncode, child.tail(5))
+        self.crashes.append(crash)
+        allowed = crash.backoff_s is not None
+        self.events.publish("restart" if allowed else "restart_refused",
+                            {"exit_code": float(crash.exit_code), "crashes_in_window": float(crash.crashes_in_window),
+                             "backoff_s": crash.backoff_s or 0.0, "restarts": float(child.restarts + allowed)},
+                            child=child.name, cause=crash.cause, log_line=crash.log_line)
+        if allowed:
+            print(f"{self.stage}: {child.name} crashed ({crash.cause}; {crash.crashes_in_window} of "
+                  f"{self.policy.max} allowed in {self.policy.window_s:g} s); restarting it in "
+                  f"{crash.backoff_s:g} s", flush=True)
+            self.sup.schedule_restart(child, crash.backoff_s)
+        return crash
+
+    def outcome(self, status: str, seconds: float, message: str) -> StageOutcome:
+        restarts = {c.name: c.restarts for c in self.sup.children if c.restarts}
+        return StageOutcome(self.stage, status, seconds, message, restarts, self.policy.model_dump(),
+                            [c.as_dict() for c in self.crashes])
 
 
 class Run:
@@ -72,8 +122,11 @@ class Run:
         outcomes = []
         try:
             for index in range(self.state.stage, len(self.stages())):
-                self.state.stage = index
+                self.state.stage, self.state.status = index, "running"
+                self.state.save(self.run_dir)  # a failed or interrupted run being resumed is running again
                 outcome = self._run_stage(index, self.stages()[index])
+                earlier = next((s for s in self.state.stages if s["name"] == outcome.name), None)
+                outcome = outcome.after(earlier)
                 outcomes.append(outcome)
                 self.state.stages = [s for s in self.state.stages if s["name"] != outcome.name] + [asdict(outcome)]
                 if outcome.status != "done":
@@ -97,6 +150,8 @@ class Run:
         recorder.start()
         sup = Supervisor(self.run_dir / "logs" / f"{index}-{name}",
                          env={"UNDERTOW_BOOTSTRAP": self.kafka.bootstrap_servers})
+        events = RunEvents(self.kafka, namespace)
+        watch = StageWatch(sup, self.config.run.restarts, events, name)
         cli = [sys.executable, "-m", "infra.cli"]
         started = time.time()
         sup.start("processors", [*cli, "process", str(path), "--workers", str(self.config.run.processor_workers)])
@@ -106,21 +161,22 @@ class Run:
         if self.config.run.archive:
             sup.start("archive", [*cli, "archive", str(path)])
         try:
-            status, message = self._watch(sup, name, recorder)
+            status, message = self._watch(sup, watch, recorder)
         finally:
             sup.stop(STOP_ORDER)
             recorder.stop()
-        restarts = {c.name: c.restarts for c in sup.children if c.restarts}
-        return StageOutcome(name, status, time.time() - started, message, restarts)
+            events.close()
+        return watch.outcome(status, time.time() - started, message)
 
-    def _watch(self, sup: Supervisor, name: str, recorder: MetricsRecorder) -> tuple[str, str]:
-        """Wait for the trainer to finish, a child to die for good, or a stop request.
+    def _watch(self, sup: Supervisor, watch: StageWatch, recorder: MetricsRecorder) -> tuple[str, str]:
+        """Wait for the trainer to finish, a child to crash too often, or a stop request.
 
-        A child that crashes is restarted (up to run.restarts times each): every component resumes
-        from what it committed, so a crash costs time, not data. Once finite tasksets are all
-        published, the stage ends when the trainer has not stepped for run.idle_timeout_s.
+        A crashed child is restarted after its backoff while the others are watched on: every
+        component resumes from what it committed, so a crash costs time, not data. Once finite
+        tasksets are all published, the stage ends when the trainer has not stepped for
+        run.idle_timeout_s.
         """
-        idle = self.config.run.idle_timeout_s
+        idle, policy = self.config.run.idle_timeout_s, self.config.run.restarts
         while True:
             if self.stop_requested.is_set():
                 return "interrupted", "stopped by the user"
@@ -131,15 +187,16 @@ class Run:
                     if idle and time.time() - (recorder.last_time("trainer") or child.started) >= idle:
                         return "done", f"every task was used; the trainer had nothing left for {idle:g} s"
                     continue  # the tasksets ran out; workers finish what is queued
-                if child.returncode != 0 and child.restarts < self.config.run.restarts:
-                    print(f"{name}: {child.name} exited with code {child.returncode}; restarting it "
-                          f"({child.restarts + 1}/{self.config.run.restarts})", flush=True)
-                    sup.restart(child)
-                    continue
-                return "failed", (f"{child.name} exited with code {child.returncode}; "
-                                  f"its log ({child.log}) ends:\n{child.tail()}")
+                if child.returncode == 0:
+                    return "failed", f"{child.name} exited on its own; its log ({child.log}) ends:\n{child.tail()}"
+                crash = watch.crashed(child)
+                if crash.backoff_s is None:
+                    return "failed", (f"{child.name} crashed {crash.crashes_in_window} times within "
+                                      f"{policy.window_s:g} s (run.restarts.max is {policy.max}); last: {crash.cause}; "
+                                      f"its log ({child.log}) ends:\n{child.tail()}")
+            sup.restart_due()
             if self.view:
-                self.view(self, name, recorder)
+                self.view(self, watch.stage, recorder)
             time.sleep(self.config.run.refresh_s)
 
     def _stage_config(self, index: int, stage: Stage | None) -> tuple[Path, str, int | None]:

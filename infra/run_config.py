@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from infra.config import ConfigError, load_yaml, validation_message
 from processors.config import ProcessorsConfig
@@ -34,6 +34,23 @@ class Stage(BaseModel):
     trainer: dict[str, Any] = Field(default_factory=dict, description="overrides of the trainer section")
 
 
+class RestartPolicy(BaseModel):
+    """`run.restarts:` — a crashed component is restarted unless it crashed too often lately.
+
+    A rate, not a lifetime count: a run meant to last days survives any number of crashes spread
+    over time, and fails only when one component crashes more than `max` times within `window_s`.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    max: int = Field(5, ge=0, description="crashes of one component allowed within window_s; "
+                                          "one more fails the run (0: the first crash does)")
+    window_s: float = Field(600.0, gt=0, description="the sliding window crashes are counted in, seconds")
+    backoff_s: float = Field(1.0, ge=0, description="wait before restarting after a crash; doubles with "
+                                                    "each further crash of that component in the window")
+    backoff_max_s: float = Field(30.0, ge=0, description="longest wait before a restart")
+
+
 class RunSection(BaseModel):
     """`run:` — how `undertow run` supervises the stages."""
 
@@ -47,9 +64,18 @@ class RunSection(BaseModel):
     live: bool = Field(True, description="show the live view in the terminal")
     refresh_s: float = Field(1.0, gt=0, description="live view refresh period")
     archive: bool = Field(False, description="also run `undertow archive` (the archive section) beside each stage")
-    restarts: int = Field(3, ge=0, description="times each crashed component is restarted before the run fails")
+    restarts: RestartPolicy = Field(default_factory=RestartPolicy,
+                                    description="restart policy; an int N is short for {max: N} (older configs)")
     idle_timeout_s: float | None = Field(None, gt=0, description="finite tasksets: once all are published, end the "
                                                                   "stage when the trainer has not stepped this long")
+
+    @field_validator("restarts", mode="before")
+    @classmethod
+    def _count_is_a_max(cls, value: Any) -> Any:
+        # Configs written before the policy was a rate said `restarts: 3`; bool is an int too, refuse it.
+        if isinstance(value, int) and not isinstance(value, bool):
+            return {"max": value}
+        return value
 
 
 class RunConfig(BaseModel):

@@ -1,4 +1,8 @@
-"""Run the stages of a run as child processes: one log per process, clean stop, loud failure."""
+"""Run the stages of a run as child processes: one log per process, clean stop, loud failure.
+
+A crashed child is restarted after a delay (`schedule_restart`) without blocking the watch of the
+others: the supervisor only notes when it is due, and `restart_due` relaunches it then.
+"""
 
 from __future__ import annotations
 
@@ -20,10 +24,16 @@ class Child:
     proc: subprocess.Popen | None = None
     started: float = field(default_factory=time.time)
     restarts: int = 0
+    restart_at: float | None = None  # crashed, waiting out its backoff until then (time.time())
 
     @property
     def returncode(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
+
+    @property
+    def waiting(self) -> bool:
+        """Crashed and due to be restarted: neither running nor gone for good."""
+        return self.restart_at is not None
 
     def tail(self, lines: int = 15) -> str:
         try:
@@ -49,16 +59,30 @@ class Supervisor:
         return child
 
     def restart(self, child: Child) -> None:
-        """Launch a crashed child again with the same arguments (it resumes from what it committed)."""
+        """Launch a crashed child again now, with the same arguments (it resumes from what it committed)."""
+        self.schedule_restart(child, 0.0)
+        self.restart_due()
+
+    def schedule_restart(self, child: Child, delay_s: float) -> None:
+        """Relaunch a crashed child once `delay_s` has passed (see `restart_due`); what the crashed
+        process left in its group is killed now, so nothing of it holds a port or a lock meanwhile."""
         child.restarts += 1
+        child.restart_at = time.time() + delay_s
         try:
-            os.killpg(child.proc.pid, signal.SIGKILL)  # what the crashed process left in its group
+            os.killpg(child.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         with open(child.log, "a") as out:
             out.write(f"\n=== undertow: {child.name} exited with code {child.returncode}; "
-                      f"restart {child.restarts} ===\n")
-        self._launch(child)
+                      f"restart {child.restarts} in {delay_s:g} s ===\n")
+
+    def restart_due(self) -> list[Child]:
+        """Relaunch the children whose backoff has passed; returns them."""
+        due = [c for c in self.children if c.restart_at is not None and c.restart_at <= time.time()]
+        for child in due:
+            child.restart_at = None
+            self._launch(child)
+        return due
 
     def _launch(self, child: Child) -> None:
         with open(child.log, "ab") as out:
@@ -70,13 +94,14 @@ class Supervisor:
         (self.log_dir / f"{child.name}.pid").write_text(f"{child.proc.pid}\n")
 
     def exited(self) -> list[Child]:
-        """Children that are no longer running."""
-        return [c for c in self.children if c.returncode is not None]
+        """Children that are no longer running and not waiting to be restarted."""
+        return [c for c in self.children if c.returncode is not None and not c.waiting]
 
     def stop(self, names: list[str] | None = None, timeout: float = 60.0) -> None:
         """SIGTERM the named children (all by default) in the given order, each waited for in turn."""
         chosen = [c for n in names for c in self.children if c.name == n] if names else list(self.children)
         for child in chosen:
+            child.restart_at = None  # a stop wins over a pending restart
             if child.returncode is not None:
                 continue
             os.killpg(child.proc.pid, signal.SIGTERM)

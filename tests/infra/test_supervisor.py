@@ -36,3 +36,17 @@ def test_a_killed_child_is_restarted_with_its_arguments(tmp_path):
     wait_for(lambda: starts.read_text() == "xx")  # the same command ran again
     sup.stop()
     assert sup.exited() == [child]
+
+
+def test_a_restart_waiting_out_its_backoff_does_not_hold_up_the_others(tmp_path):
+    sup = Supervisor(tmp_path)
+    slow = sup.start("slow", [sys.executable, "-c", "raise SystemExit(3)"])
+    fast = sup.start("fast", [sys.executable, "-c", "raise SystemExit(4)"])
+    wait_for(lambda: len(sup.exited()) == 2)
+    sup.schedule_restart(slow, 30.0)
+    assert sup.exited() == [fast] and slow.waiting  # waiting is neither running nor gone for good
+    sup.schedule_restart(fast, 0.0)
+    assert sup.restart_due() == [fast] and not fast.waiting
+    assert slow.waiting and slow.returncode == 3  # still waiting: not relaunched early
+    sup.stop()
+    assert not slow.waiting
