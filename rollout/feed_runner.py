@@ -3,6 +3,9 @@
 Backpressure is pull-based: the feeder publishes only while the rollout group's lag (tasks on the
 topic past the group's committed offsets) is below `max_lag`, so the topic never holds more than
 `max_lag` waiting tasks and fresh pass rates can steer the next draws.
+
+A restarted feeder continues after the last task it published, found from the records on the
+topic (task ids carry their draw index); records it cannot decode or did not write are ignored.
 """
 
 from __future__ import annotations
@@ -10,10 +13,11 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from typing import Iterator
 
 from kafka import KafkaConsumer, TopicPartition
 
-from schemas import TaskStat
+from schemas import DecodeError, Task, TaskStat, decode
 from streams import KafkaSettings, RecordConsumer, RecordProducer, Topics, connect
 
 from rollout.config import FeedRunConfig, FeederConfig, rollout_group
@@ -64,7 +68,7 @@ class Feeder:
 
     def __init__(self, config: FeedRunConfig, settings: KafkaSettings):
         cfg = config.feeder
-        self.cfg, self.topics = cfg, Topics(config.namespace)
+        self.cfg, self.topics, self.settings = cfg, Topics(config.namespace), settings
         self.sampler = build_sampler(cfg)
         self.producer = RecordProducer(settings)
         self.lag = GroupLag(settings, self.topics.tasks, cfg.consumer_group or rollout_group(config.namespace))
@@ -102,16 +106,14 @@ class Feeder:
         self.lag.close()
 
     def _skip_published(self) -> None:
-        """Continue after the tasks this namespace already holds (a resumed run), instead of drawing
+        """Continue after the tasks this feeder already published (a resumed run), instead of drawing
         them again: a finite taskset is not done twice, and experience ids stay new."""
-        kafka = self.task_stats.kafka
-        parts = [TopicPartition(self.topics.tasks, p) for p in kafka.partitions_for_topic(self.topics.tasks) or ()]
-        published = sum(kafka.end_offsets(parts).values())
-        for _ in range(published):
-            if self.sampler.next() is None:
-                break
-        if published:
-            log.info("feeder: %d task(s) already on %s; continuing after them", published, self.topics.tasks)
+        scan = TopicScan()
+        drawn = self.sampler.published_draws(scan.tasks(self.settings, self.topics.tasks))
+        skipped = self.sampler.skip(drawn)
+        if scan.records:
+            log.info("feeder: %d record(s) on %s, %d undecodable; %d draw(s) already published, continuing "
+                     "after them", scan.records, self.topics.tasks, scan.undecodable, skipped)
 
     def _read_task_stats(self) -> None:
         if not self.cfg.difficulty.enabled:
@@ -119,3 +121,34 @@ class Feeder:
         for delivery in self.task_stats.poll(timeout_ms=0):
             self.sampler.update(delivery.record)
             self.stats.stats_read += 1
+
+
+@dataclass
+class TopicScan:
+    """Reads a topic once from its beginning to its end offsets of now, counting what it reads."""
+
+    records: int = 0
+    undecodable: int = 0
+
+    def tasks(self, settings: KafkaSettings, topic: str) -> Iterator[Task]:
+        """Every record on `topic` that decodes as a Task; the others are counted and passed over."""
+        consumer = connect(KafkaConsumer, settings, enable_auto_commit=False)
+        try:
+            parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+            consumer.assign(parts)
+            consumer.seek_to_beginning(*parts)
+            ends = consumer.end_offsets(parts)
+            while any(consumer.position(tp) < ends[tp] for tp in parts):
+                for tp, messages in consumer.poll(timeout_ms=500).items():
+                    for message in messages:
+                        if message.offset < ends[tp]:
+                            yield from self._decoded(message.value)
+        finally:
+            consumer.close()
+
+    def _decoded(self, value: bytes | None) -> Iterator[Task]:
+        self.records += 1
+        try:
+            yield decode(value or b"", expect=Task)
+        except DecodeError:
+            self.undecodable += 1

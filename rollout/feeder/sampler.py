@@ -2,13 +2,16 @@
 
 Pure logic (no Kafka). Task ids are `<taskset>/<item key>@<draw>`: unique per fed task (the draw
 counter of the taskset), while `item_key(task_id)` recovers the item, so pass rates reported per
-task id on the task-stats topic add up per item across epochs.
+task id on the task-stats topic add up per item across epochs. The draw index in the id is also how
+a restarted feeder finds where it was (`published_draws`, `skip`): from its own records, whatever
+else is on the topic.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from schemas import Task, TaskStat
 
@@ -18,6 +21,12 @@ from rollout.feeder.items import TaskItem
 def item_key(task_id: str) -> str:
     """`arith/17@203` -> `arith/17`: the item a fed task was drawn from."""
     return task_id.rsplit("@", 1)[0]
+
+
+def draw_index(task_id: str) -> int | None:
+    """`arith/17@203` -> 203: the taskset's draw that made the task; None for an id of another form."""
+    _, at, draw = task_id.rpartition("@")
+    return int(draw) if at and draw.isdigit() else None
 
 
 def difficulty_weight(pass_rate: float, floor: float) -> float:
@@ -48,6 +57,13 @@ class Taskset:
     group_size: int
     draws: int = 0
     order: list[int] = field(default_factory=list)
+    by_key: dict[str, TaskItem] = field(default_factory=dict, init=False, repr=False)
+
+    def item(self, key: str) -> TaskItem | None:
+        """The item with this key (indexed on first use)."""
+        if not self.by_key:
+            self.by_key = {item.key: item for item in self.items}
+        return self.by_key.get(key)
 
 
 class TaskSampler:
@@ -110,3 +126,44 @@ class TaskSampler:
             if self.shuffle:
                 self.rng.shuffle(taskset.order)
         return taskset.order[position]
+
+    # -- a restarted feeder ------------------------------------------------------------------------
+
+    def published_draws(self, tasks: Iterable[Task]) -> dict[str, int]:
+        """Per taskset, the draws already published: one past the highest draw index among the
+        tasks that are this sampler's (its taskset, one of its items, that item's prompt). Anything
+        else (another producer's tasks, a replay into this topic, junk) is not counted."""
+        drawn: dict[str, int] = {}
+        for task in tasks:
+            draw = draw_index(task.task_id)
+            if draw is not None and self.made(task):
+                drawn[task.taskset] = max(drawn.get(task.taskset, 0), draw + 1)
+        return drawn
+
+    def made(self, task: Task) -> bool:
+        """Whether `task` is one this sampler draws: id, taskset and content agree with one of its items."""
+        taskset = next((t for t in self.tasksets if t.name == task.taskset), None)
+        prefix = f"{task.taskset}/"
+        if taskset is None or not task.task_id.startswith(prefix):
+            return False
+        item = taskset.item(item_key(task.task_id)[len(prefix):])
+        return item is not None and (item.prompt, item.messages) == (task.prompt, task.messages)
+
+    def skip(self, drawn: dict[str, int]) -> int:
+        """Move past `drawn` draws per taskset without yielding them; returns how many were skipped.
+
+        Without difficulty selection the draws are replayed, so shuffled orders continue exactly:
+        the feeder publishes in draw order, so what it published is a prefix of the sequence and
+        the replay stops right after it. With difficulty selection the draws were random and
+        steered by pass rates: only the counters move on (ids stay new, epochs stay counted).
+        """
+        before = self.drawn
+        if self.difficulty.enabled:
+            for t in self.tasksets:
+                t.draws = max(t.draws, drawn.get(t.name, 0))
+            self.drawn = sum(t.draws for t in self.tasksets)
+            return self.drawn - before
+        while any(t.draws < drawn.get(t.name, 0) for t in self.tasksets):
+            if self.next() is None:
+                break
+        return self.drawn - before

@@ -11,7 +11,7 @@ import pytest
 
 from schemas import Task, TaskStat
 from rollout.feeder import TaskItem, TaskSampler, difficulty_weight, item_key, load_items
-from rollout.feeder.sampler import Difficulty, Taskset
+from rollout.feeder.sampler import Difficulty, Taskset, draw_index
 from rollout.rewards import build_reward
 from rollout.rewards.countdown import evaluate
 
@@ -153,3 +153,29 @@ def test_pass_rates_add_up_per_item_across_epochs_and_need_min_attempts():
     assert sampler.pass_rate("a", TaskItem(key="0")) is None  # 2 attempts: not trusted yet
     sampler.update(stat("a/0@5", 2, 0))                       # the same item, fed again later
     assert sampler.pass_rate("a", TaskItem(key="0")) == pytest.approx(0.5)
+
+
+def mixed_sampler(**kw) -> TaskSampler:
+    return TaskSampler([Taskset("a", items(7), 2.0, 1), Taskset("b", items(5), 1.0, 1)], epochs=2, seed=3, **kw)
+
+
+def test_a_restarted_sampler_continues_exactly_after_its_published_draws():
+    first = mixed_sampler()
+    published = [first.next() for _ in range(13)]  # into a's second epoch: a new shuffled order
+    rest = [t.task_id for t in iter(first.next, None)]
+    foreign = [Task(task_id="a/3@900", prompt="not item 3's prompt", taskset="a"),  # our form, not our content
+               Task(task_id="c/0@0", prompt="x", taskset="c"),                       # a taskset we do not have
+               Task(task_id="a/1", prompt=published[0].prompt, taskset="a"),           # no draw index
+               Task(task_id="b/99@500", prompt="y", taskset="b")]                    # no such item
+    again = mixed_sampler()
+    drawn = again.published_draws(foreign[:2] + published[::-1] + foreign[2:])  # in any order
+    assert drawn == {"a": sum(t.taskset == "a" for t in published), "b": sum(t.taskset == "b" for t in published)}
+    assert again.skip(drawn) == 13
+    assert [t.task_id for t in iter(again.next, None)] == rest
+    assert mixed_sampler().published_draws(foreign) == {}
+
+
+def test_with_difficulty_selection_a_restart_moves_the_draw_counters_on():
+    sampler = mixed_sampler(difficulty=Difficulty(enabled=True))
+    assert sampler.skip({"a": 4, "b": 9}) == 13
+    assert draw_index(sampler.next().task_id) in (4, 9) and draw_index("a/x@y") is None

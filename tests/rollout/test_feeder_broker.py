@@ -1,4 +1,5 @@
-"""The feeder against the real broker: bounded lag (pull-based backpressure) and difficulty selection."""
+"""The feeder against the real broker: bounded lag (pull-based backpressure), difficulty selection, and a
+restart that continues after its own tasks whatever else is on the topic."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import time
 import pytest
 from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 
-from schemas import Task, TaskStat
+from schemas import DecodeError, Task, TaskStat, decode, encode
 from streams import RecordProducer, Topics
 from rollout.config import FeedRunConfig, load_run_config, rollout_group
 from rollout.feed_runner import Feeder
+from rollout.feeder.sampler import draw_index
 from tests.rollout.conftest import read_all, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -52,14 +54,48 @@ def test_feeder_keeps_the_lag_bounded(kafka, namespace, config_path):
 
 
 def test_a_restarted_feeder_continues_after_what_it_published(kafka, namespace, config_path):
-    """A resumed run must not draw a finite taskset again (nor reuse task and experience ids)."""
+    """A resumed run must not draw a finite taskset again (nor reuse task and experience ids), and
+    records another client put on the tasks topic must not move where it continues."""
     feeder_cfg = {"tasksets": [{"name": "arith", "source": {"name": "arithmetic", "size": 10}}],
                   "epochs": 1, "max_lag": 100, "poll_seconds": 0.1}
     cfg = load_run_config(config_path(feeder=feeder_cfg), FeedRunConfig)
+    topics = Topics(namespace)
     assert Feeder(cfg, kafka).run(max_tasks=4).published == 4
-    assert Feeder(cfg, kafka).run().published == 6  # the rest of the one epoch, then it stops
-    ids = [t.task_id for t in read_all(kafka, Topics(namespace).tasks, Task)]
-    assert len(ids) == 10 and len(set(ids)) == 10
+    put_foreign_records(kafka, topics.tasks)
+    assert Feeder(cfg, kafka).run(max_tasks=3).published == 3
+    put_foreign_records(kafka, topics.tasks)
+    assert Feeder(cfg, kafka).run().published == 3  # the rest of the one epoch, then it stops
+    assert Feeder(cfg, kafka).run().published == 0  # a finished taskset stays finished
+    ours = [t.task_id for t in read_all_tasks(kafka, topics.tasks) if t.prompt != "foreign"]
+    assert sorted(ours) == sorted(set(ours)) and len(ours) == 10, ours  # every task exactly once
+    assert {draw_index(i) for i in ours} == set(range(10))
+
+
+def put_foreign_records(kafka, topic: str) -> None:
+    """What another producer might leave: junk bytes, other kinds, tasks in our id form that are not ours."""
+    with RecordProducer(kafka) as producer:
+        for junk in (b"garbage", b"\x81\xa4kind\xa4task", encode(TaskStat(task_id="arith/0@0", taskset="arith"))):
+            producer.send_bytes(topic, junk, key="junk")
+        for task_id in ("arith/1@9", "arith/2@5000", "other/0@3"):
+            producer.send(topic, Task(task_id=task_id, prompt="foreign", taskset=task_id.split("/")[0]), key=task_id)
+
+
+def read_all_tasks(kafka, topic: str) -> list[Task]:
+    """The records of `topic` that decode as tasks (the junk is skipped)."""
+    consumer = KafkaConsumer(**kafka.kafka_python(), enable_auto_commit=False)
+    parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+    consumer.assign(parts)
+    consumer.seek_to_beginning(*parts)
+    ends, out = consumer.end_offsets(parts), []
+    while any(consumer.position(tp) < ends[tp] for tp in parts):
+        for messages in consumer.poll(timeout_ms=500).values():
+            for m in messages:
+                try:
+                    out.append(decode(m.value, expect=Task))
+                except DecodeError:
+                    pass
+    consumer.close()
+    return out
 
 
 def test_feeder_mixes_by_ratio_and_favours_medium_tasks_from_task_stats(kafka, namespace, config_path):
