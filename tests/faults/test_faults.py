@@ -3,8 +3,9 @@
 Each test runs RL from one shared SFT warm-up on a finite taskset (the stage ends once the trainer
 has drained everything), SIGKILLs one component mid-run (its whole process group, as if its machine
 died) or one broker (then brings it back), and checks the experience log against the trainer's
-ledger: every experience id published is trained exactly once or sits in the rejected topic with a
-reason — none lost, none trained twice — and the policy kept improving after the fault.
+ledger (infra/audit.py): every experience id published is trained exactly once or sits in the
+rejected topic with a reason — none lost, none trained twice —, every task of the taskset reached the
+raw topic, and the policy kept improving after the fault.
 """
 
 from __future__ import annotations
@@ -15,18 +16,17 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
 
+from infra.audit import audit
 from infra.broker import LocalKafka, free_port_block
 from infra.metrics_log import read_metrics
 from infra.run import latest_export
-from schemas import Experience, Rejected
-from streams import KafkaSettings, Topics
-from tests.read_topic import read_all
+from rollout.feeder import item_key
+from streams import KafkaSettings
 from tests.run_output import stop_run, wait_run
 
 pytestmark = [pytest.mark.broker, pytest.mark.cluster, pytest.mark.slow]
@@ -90,22 +90,17 @@ def test_the_loop_survives_a_sigkill(fault, cluster, warm_start, tmp_path):
         assert restarts == {fault: 1}, state
     assert cluster.running_nodes() == [1, 2, 3]
 
-    kafka = KafkaSettings(bootstrap_servers=cluster.bootstrap_servers)
-    topics = Topics(namespace)
-    published = {e.experience_id for e in read_all(kafka, topics.raw, Experience)}
-    rejected = {r.record_id: r.reason for r in read_all(kafka, topics.rejected, Rejected) if r.record_id}
-    ledger = [json.loads(line) for line in (run_dir / "checkpoints" / namespace / "ledger.jsonl").read_text().splitlines()]
-    trained = Counter(rid for entry in ledger for rid in entry["ids"])
-
-    assert len(published) >= TASKS * 8
-    lost = published - set(trained) - set(rejected)
-    twice = {rid for rid, n in trained.items() if n > 1}
-    print(f"{fault}: published {len(published)}, trained {len(trained)}, rejected {len(rejected)} "
-          f"{dict(Counter(rejected.values()))}, lost {len(lost)}, restarts {restarts}")
-    assert not lost, f"{len(lost)} experiences neither trained nor rejected, e.g. {sorted(lost)[:5]}"
-    assert not twice, f"{len(twice)} experiences trained twice, e.g. {sorted(twice)[:5]}"
-    assert set(trained) <= published
-    assert len(trained) >= 0.6 * len(published), "most experiences should be trained, not rejected"
+    books = audit(KafkaSettings(bootstrap_servers=cluster.bootstrap_servers), namespace,
+                  run_dir / "checkpoints" / namespace / "ledger.jsonl")
+    print(f"{fault}: {books.summary()}, restarts {restarts}")
+    assert len(books.published) >= TASKS * 8
+    assert not books.lost, f"{len(books.lost)} experiences neither trained nor rejected, e.g. {sorted(books.lost)[:5]}"
+    assert not books.twice, f"{len(books.twice)} experiences trained twice, e.g. {sorted(books.twice)[:5]}"
+    assert set(books.trained) <= books.published
+    assert len(books.trained) >= 0.6 * len(books.published), "most experiences should be trained, not rejected"
+    # Every task of the taskset reached the raw topic, each published once.
+    assert {item_key(t) for t in books.raw_task_ids} == {f"sums/{i}" for i in range(TASKS)}
+    assert not books.tasks_missing and not books.tasks_twice and len(books.tasks_published) == TASKS
 
     rewards = [(r["version"], r["reward_mean"]) for r in read_metrics(run_dir / "metrics.jsonl")
                if r["component"] == "trainer" and "reward_mean" in r]

@@ -1,0 +1,303 @@
+"""Chaos soak: the demo's RL loop on 3 brokers while components die, a broker bounces and poison flows.
+
+    python benchmarks/chaos_soak.py                      # 15 minutes of chaos
+    python benchmarks/chaos_soak.py --minutes 3 --components processors --kills 5   # the CI version
+
+After the demo's SFT warm-up, for `--minutes` of the RL stage: SIGKILL a random component
+(`--components`, its whole process group, as if its machine died) every 20-40 s, kill one of the
+3 brokers every `--broker-every-s` and bring it back `--broker-down-s` later, and send poison
+records (undecodable bytes, a wrong schema version, invalid fields, another kind) onto
+experiences.raw from a plain producer at `--poison` of the raw traffic. Then the chaos stops, the
+feeder is stopped cleanly, the run drains and ends, and the books are checked (infra/audit.py):
+published / trained / rejected by reason / lost / trained twice / tasks missing, restarts per
+component, and the reward before and after. Exits 1 if anything was lost, trained twice or missing,
+or if the run did not finish.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import msgpack
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
+
+from infra.audit import audit  # noqa: E402
+from infra.broker import LocalKafka, free_port_block  # noqa: E402
+from infra.metrics_log import read_metrics  # noqa: E402
+from schemas import SCHEMA_VERSION, Task, encode  # noqa: E402
+from streams import KafkaSettings, Topics  # noqa: E402
+
+NAMESPACE = "soak"
+STAGE = "rl"  # the stage under chaos; its logs are logs/1-rl/
+COMPONENTS = ("rollout", "processors", "trainer", "feeder")
+POISON = (b"\xc1 not msgpack at all",
+          msgpack.packb({"kind": "experience", "schema_version": SCHEMA_VERSION + 98, "experience_id": "p"}),
+          msgpack.packb({"kind": "experience", "schema_version": SCHEMA_VERSION, "experience_id": "poison/x"}),
+          encode(Task(task_id="poison/task@0", prompt="1+1=")))
+
+
+@dataclass
+class Chaos:
+    """What was done to the run."""
+
+    kills: dict[str, int] = field(default_factory=dict)
+    broker_kills: int = 0
+    poison_sent: int = 0
+    raw_seen: int = 0
+    chaos_s: float = 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="chaos-soak-"))
+    cluster = LocalKafka(work / "cluster", port=free_port_block(6), nodes=3, heap="384m").start()
+    kafka = KafkaSettings(bootstrap_servers=cluster.bootstrap_servers)
+    proc = start_run(run_config(args), work, cluster.bootstrap_servers)
+    chaos = Chaos()
+    try:
+        run_dir = wait_for_rl(proc, work / "runs", min_step=args.before_steps)
+        before_step = trainer_step(run_dir)
+        with PoisonFeed(kafka, args.poison, args.seed, chaos):
+            make_chaos(run_dir, cluster, args, chaos, proc)
+        time.sleep(args.settle_s)  # restarts in backoff come back before the feeder is stopped
+        stop_feeder(run_dir)
+        proc.wait(timeout=args.drain_timeout_s)
+        result = report(kafka, run_dir, chaos, before_step, proc.returncode)
+    finally:
+        stop_run(proc)  # a soak that failed half-way must not leave its run behind
+        cluster.stop()
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    ok = result["run_status"] == "done" and not (result["lost"] or result["trained_twice"] or result["tasks_missing"])
+    return 0 if ok else 1
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--minutes", type=float, default=15.0, help="how long the chaos lasts")
+    p.add_argument("--kill-every-s", type=float, nargs=2, default=(20.0, 40.0), metavar=("MIN", "MAX"),
+                   help="seconds between component kills, drawn uniformly")
+    p.add_argument("--components", default=",".join(COMPONENTS), help="comma-separated components to kill")
+    p.add_argument("--kills", type=int, default=None, help="stop killing after this many (default: no limit)")
+    p.add_argument("--broker-every-s", type=float, default=200.0, help="seconds between broker kills (0: none)")
+    p.add_argument("--broker-down-s", type=float, default=30.0, help="how long a killed broker stays down")
+    p.add_argument("--poison", type=float, default=0.10, help="poison records per record of raw traffic")
+    p.add_argument("--before-steps", type=int, default=10, help="RL steps before the chaos starts ('before' reward)")
+    p.add_argument("--settle-s", type=float, default=40.0, help="wait after the chaos before stopping the feeder")
+    p.add_argument("--drain-timeout-s", type=float, default=600.0, help="longest wait for the run to end")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workdir", help="where the cluster and the run go (default: a new temporary directory)")
+    p.add_argument("--json", help="also write the figures to this file")
+    return p.parse_args(argv)
+
+
+def run_config(args: argparse.Namespace) -> dict:
+    """The demo (SFT warm-up, then RL) on a finite taskset larger than the soak will use."""
+    cfg = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
+    cfg["namespace"] = NAMESPACE
+    warmup, rl = cfg["run"]["stages"]
+    assert rl["name"] == STAGE
+    rl.update(steps=1_000_000, feeder={"epochs": 1})  # it ends when the feeder is stopped and all is trained
+    cfg["run"].update(name="soak", idle_timeout_s=25)
+    cfg["trainer"]["checkpoint_every"] = 10  # a killed trainer resumes from a checkpoint 0-9 steps back
+    # Partial groups (a sample lost to a kill) are released within 10 + 10 s (as in tests/faults/).
+    cfg["processors"]["group_timeout_s"] = 10
+    cfg["trainer"]["batching"]["group_timeout_s"] = 10
+    return cfg
+
+
+def start_run(cfg: dict, work: Path, bootstrap: str) -> subprocess.Popen:
+    path = work / "soak.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "UNDERTOW_BOOTSTRAP": bootstrap}
+    log = open(work / "run.out", "w")
+    return subprocess.Popen([sys.executable, "-m", "infra.cli", "run", str(path), "--runs-dir", str(work / "runs"),
+                             "--no-live"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def stop_run(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def trainer_rows(run_dir: Path) -> list[dict]:
+    return [r for r in read_metrics(run_dir / "metrics.jsonl")
+            if r.get("stage") == STAGE and r["component"] == "trainer" and "reward_mean" in r]
+
+
+def trainer_step(run_dir: Path) -> int:
+    return int(max((r["version"] for r in trainer_rows(run_dir)), default=0))
+
+
+def wait_for_rl(proc: subprocess.Popen, runs: Path, min_step: int, timeout: float = 900) -> Path:
+    """The run directory, once the RL stage's trainer has reported `min_step`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"undertow run exited with {proc.returncode} before the RL stage")
+        for run_dir in runs.glob("*"):
+            if trainer_step(run_dir) >= min_step:
+                return run_dir
+        time.sleep(1)
+    raise TimeoutError(f"the RL stage did not reach step {min_step}")
+
+
+def pid_of(run_dir: Path, name: str) -> int | None:
+    path = run_dir / "logs" / f"1-{STAGE}" / f"{name}.pid"
+    try:
+        pid = int(path.read_text())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None  # not started, or dead and waiting out its backoff
+
+
+def make_chaos(run_dir: Path, cluster: LocalKafka, args: argparse.Namespace, chaos: Chaos,
+               proc: subprocess.Popen) -> None:
+    """Kill components and bounce brokers until the time is up (or the kills are done)."""
+    rng = random.Random(args.seed)
+    names = [n.strip() for n in args.components.split(",") if n.strip()]
+    started = time.monotonic()
+    end = started + args.minutes * 60
+    next_kill = started + rng.uniform(*args.kill_every_s)
+    next_broker = started + args.broker_every_s if args.broker_every_s > 0 else float("inf")
+    down: tuple[int, float] | None = None  # (node, when it comes back)
+    while time.monotonic() < end and proc.poll() is None:
+        now = time.monotonic()
+        if now >= next_kill and (args.kills is None or sum(chaos.kills.values()) < args.kills):
+            name = rng.choice(names)
+            pid = pid_of(run_dir, name)
+            if pid is not None and kill_group(pid):
+                chaos.kills[name] = chaos.kills.get(name, 0) + 1
+                print(f"[chaos {now - started:5.0f}s] SIGKILL {name} (pid {pid})", flush=True)
+                next_kill = now + rng.uniform(*args.kill_every_s)
+        if down is None and now >= next_broker:
+            node = rng.choice(cluster.running_nodes())
+            cluster.stop_node(node, kill=True)
+            chaos.broker_kills += 1
+            down = (node, now + args.broker_down_s)
+            print(f"[chaos {now - started:5.0f}s] SIGKILL broker {node}", flush=True)
+        if down is not None and now >= down[1]:
+            cluster.start_node(down[0])
+            print(f"[chaos {time.monotonic() - started:5.0f}s] broker {down[0]} back", flush=True)
+            down, next_broker = None, time.monotonic() + args.broker_every_s
+        if args.kills is not None and sum(chaos.kills.values()) >= args.kills and down is None \
+                and now >= next_kill:
+            break  # the kills asked for are done
+        time.sleep(0.5)
+    if down is not None:
+        cluster.start_node(down[0])
+    chaos.chaos_s = time.monotonic() - started
+
+
+def kill_group(pid: int) -> bool:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+        return True
+    except ProcessLookupError:  # it died on its own just now
+        return False
+
+
+def stop_feeder(run_dir: Path) -> None:
+    """SIGTERM the feeder: it exits cleanly, so the run drains what was published and ends."""
+    deadline = time.monotonic() + 120
+    while (pid := pid_of(run_dir, "feeder")) is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the feeder did not come back")
+        time.sleep(1)
+    os.killpg(pid, signal.SIGTERM)
+
+
+class PoisonFeed(threading.Thread):
+    """For each record of raw traffic, with probability `rate`, one poison record from a plain producer."""
+
+    def __init__(self, kafka: KafkaSettings, rate: float, seed: int, chaos: Chaos):
+        super().__init__(name="poison", daemon=True)
+        self.kafka, self.rate, self.rng, self.chaos = kafka, rate, random.Random(seed + 1), chaos
+        self.topic = Topics(f"{NAMESPACE}-{STAGE}").raw
+        self.halt = threading.Event()
+
+    def __enter__(self) -> "PoisonFeed":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.halt.set()
+        self.join(60)
+
+    def run(self) -> None:
+        consumer = KafkaConsumer(**self.kafka.kafka_python(), enable_auto_commit=False)
+        producer = KafkaProducer(**self.kafka.kafka_python(), acks="all", retries=10)
+        parts = [TopicPartition(self.topic, p) for p in sorted(consumer.partitions_for_topic(self.topic) or ())]
+        consumer.assign(parts)
+        consumer.seek_to_end(*parts)
+        try:
+            while not self.halt.is_set():
+                for messages in consumer.poll(timeout_ms=500).values():
+                    for m in messages:
+                        if m.key == b"poison":
+                            continue
+                        self.chaos.raw_seen += 1
+                        if self.rng.random() < self.rate:
+                            producer.send(self.topic, value=self.rng.choice(POISON), key=b"poison")
+                            self.chaos.poison_sent += 1
+            producer.flush(60)
+        finally:
+            consumer.close()
+            producer.close(10)
+
+
+def report(kafka: KafkaSettings, run_dir: Path, chaos: Chaos, before_step: int, code: int) -> dict:
+    """Print the figures; return them."""
+    namespace = f"{NAMESPACE}-{STAGE}"
+    books = audit(kafka, namespace, run_dir / "checkpoints" / namespace / "ledger.jsonl")
+    state = json.loads((run_dir / "run.json").read_text())
+    stage = next((s for s in state["stages"] if s["name"] == STAGE), {})
+    rewards = [(r["version"], r["reward_mean"]) for r in trainer_rows(run_dir)]
+    before = [v for step, v in rewards if step <= before_step]
+    after = [v for _, v in rewards[-20:]]
+    result = {
+        "run_status": state["status"], "exit_code": code, **asdict(chaos), "chaos_s": round(chaos.chaos_s),
+        "published": len(books.published), "trained": len(books.trained),
+        "rejected_by_reason": dict(books.rejected_by_reason.most_common()),
+        "lost": len(books.lost), "trained_twice": len(books.twice), "tasks_published": len(books.tasks_published),
+        "tasks_missing": len(books.tasks_missing), "tasks_published_twice": len(books.tasks_twice),
+        "raw_not_experiences": books.raw_not_experiences, "restarts": stage.get("restarts", {}),
+        "trainer_steps": int(max((s for s, _ in rewards), default=0)),
+        "reward_before": sum(before) / len(before) if before else None,
+        "reward_after": sum(after) / len(after) if after else None,
+        "run_dir": str(run_dir),
+    }
+    print(f"chaos soak: {result['chaos_s']} s of chaos; killed {chaos.kills}, brokers {chaos.broker_kills}; "
+          f"poison {chaos.poison_sent} per {chaos.raw_seen} raw records")
+    print(f"books: {books.summary()}")
+    print(f"restarts per component: {result['restarts']}; run {state['status']} (exit {code})")
+    print(f"reward: {result['reward_before'] or float('nan'):.3f} (steps <= {before_step:.0f}) -> "
+          f"{result['reward_after'] or float('nan'):.3f} (last 20 of {result['trainer_steps']} steps)")
+    if books.lost:
+        print(f"lost, e.g. {sorted(books.lost)[:5]}")
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

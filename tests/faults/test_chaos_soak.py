@@ -1,0 +1,40 @@
+"""The chaos soak's short version (benchmarks/chaos_soak.py): the processor worker SIGKILLed five
+times in about two and a half minutes, poison on the raw topic, on 3 brokers. The run must finish
+under the default restart policy with nothing lost, nothing trained twice and no task missing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.broker, pytest.mark.cluster, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(1500)
+def test_five_kills_of_the_processors_in_a_few_minutes_lose_nothing(tmp_path):
+    figures = tmp_path / "soak.json"
+    cmd = [sys.executable, "benchmarks/chaos_soak.py", "--minutes", "3", "--components", "processors",
+           "--kills", "5", "--kill-every-s", "20", "30", "--broker-every-s", "0", "--workdir", str(tmp_path / "w"),
+           "--json", str(figures)]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1400)
+    print(proc.stdout[-3000:])
+    assert figures.exists(), f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}\n{run_log(tmp_path)}"
+    result = json.loads(figures.read_text())
+    assert result["kills"] == {"processors": 5}
+    assert result["run_status"] == "done", f"{result}\n{run_log(tmp_path)}"  # 5 crashes fit the default policy
+    assert result["restarts"].get("processors", 0) >= 5
+    assert result["lost"] == 0 and result["trained_twice"] == 0, result
+    assert result["tasks_missing"] == 0 and result["tasks_published_twice"] == 0, result
+    assert result["poison_sent"] > 0 and result["raw_not_experiences"] >= result["poison_sent"]
+    assert result["trained"] >= 0.6 * result["published"], result
+    assert proc.returncode == 0
+
+
+def run_log(tmp_path: Path) -> str:
+    out = tmp_path / "w" / "run.out"
+    return out.read_text()[-3000:] if out.exists() else ""
