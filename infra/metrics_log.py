@@ -18,9 +18,11 @@ log = logging.getLogger(__name__)
 class MetricsRecorder(threading.Thread):
     """A daemon thread that records the run's metrics as they arrive (the run's own copy of them)."""
 
-    def __init__(self, kafka: KafkaSettings, namespace: str, path: Path, labels: dict[str, str] | None = None):
+    def __init__(self, kafka: KafkaSettings, namespace: str, path: Path, labels: dict[str, str] | None = None,
+                 after: float | None = None):
         super().__init__(name="metrics-recorder", daemon=True)
         self.kafka, self.topics, self.path, self.labels = kafka, Topics(namespace), path, labels or {}
+        self.after = after  # a resumed stage: events up to then are in the file already
         self.latest: dict[str, MetricEvent] = {}  # component -> newest event (the full record is the file)
         self._halt = threading.Event()
         self._lock = threading.Lock()
@@ -34,6 +36,8 @@ class MetricsRecorder(threading.Thread):
                 deliveries = consumer.poll(timeout_ms=500)
                 for d in deliveries:
                     event = d.record
+                    if self.after is not None and event.time <= self.after:
+                        continue
                     out.write(json.dumps({**event.labels, **self.labels, "component": event.component,
                                           "step": event.step, "time": event.time, **event.values}) + "\n")
                     with self._lock:
@@ -79,6 +83,13 @@ class RunEvents:
             self.producer.close(timeout=10)
         except Exception:  # noqa: BLE001
             pass
+
+
+def last_recorded(path: Path, **labels: str) -> float | None:
+    """When the newest row with these labels was reported, or None: where a resumed stage's recording
+    continues (the metrics topic is read from its beginning again)."""
+    times = [r["time"] for r in read_metrics(path) if all(r.get(k) == v for k, v in labels.items())]
+    return max(times, default=None)
 
 
 def read_metrics(path: Path) -> list[dict]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from infra.broker import LocalKafka, free_port_block
-from infra.metrics_log import MetricsRecorder, RunEvents
+from infra.metrics_log import MetricsRecorder, RunEvents, last_recorded
 from infra.restarts import Crash, RestartBudget
 from infra.run_config import RestartPolicy, RunConfig, Stage, stage_mapping, write_yaml
 from infra.supervisor import Child, Supervisor
@@ -146,7 +146,9 @@ class Run:
         name = stage.name if stage else "main"
         path, namespace, steps = self._stage_config(index, stage)
         create_topics(self.kafka, namespace)
-        recorder = MetricsRecorder(self.kafka, namespace, self.run_dir / "metrics.jsonl", labels={"stage": name})
+        metrics = self.run_dir / "metrics.jsonl"
+        recorder = MetricsRecorder(self.kafka, namespace, metrics, labels={"stage": name},
+                                   after=last_recorded(metrics, stage=name))
         recorder.start()
         sup = Supervisor(self.run_dir / "logs" / f"{index}-{name}",
                          env={"UNDERTOW_BOOTSTRAP": self.kafka.bootstrap_servers})
