@@ -75,8 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         before_step = trainer_step(run_dir)
         with PoisonFeed(kafka, args.poison, args.seed, chaos):
             make_chaos(run_dir, cluster, args, chaos, proc)
-        time.sleep(args.settle_s)  # restarts in backoff come back before the feeder is stopped
-        stop_feeder(run_dir)
+        if proc.poll() is None:  # else the run failed under the chaos: report how far it got
+            time.sleep(args.settle_s)  # restarts in backoff come back before the feeder is stopped
+            stop_feeder(run_dir, proc)
         proc.wait(timeout=args.drain_timeout_s)
         result = report(kafka, run_dir, chaos, before_step, proc.returncode)
     finally:
@@ -218,10 +219,12 @@ def kill_group(pid: int) -> bool:
         return False
 
 
-def stop_feeder(run_dir: Path) -> None:
+def stop_feeder(run_dir: Path, proc: subprocess.Popen) -> None:
     """SIGTERM the feeder: it exits cleanly, so the run drains what was published and ends."""
     deadline = time.monotonic() + 120
     while (pid := pid_of(run_dir, "feeder")) is None:
+        if proc.poll() is not None:
+            return
         if time.monotonic() > deadline:
             raise TimeoutError("the feeder did not come back")
         time.sleep(1)
