@@ -30,7 +30,8 @@ class ProcessorsConfig(BaseModel):
     stall_timeout_s: float = Field(
         120.0, gt=0, description="a worker whose start-up or batch takes longer exits (code 75) to be restarted")
     resync_after_s: float = Field(
-        15.0, gt=0, description="a partition whose commit stands still this long while records wait past it "
-                            "is read again from its commit")
+        15.0, gt=0, description="a partition whose records wait while the whole worker was offered nothing and "
+                            "handled nothing this long is read again from its next offset (a backlog of "
+                            "other partitions never counts: see processors/commits.py DeliveryWatch)")
     idle_exit_s: float | None = Field(
         None, gt=0, description="stop after this many seconds without a record (tests, benchmarks); None: run until SIGTERM")

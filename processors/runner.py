@@ -25,14 +25,16 @@ from schemas import Experience, MetricEvent, encode
 from streams import KafkaSettings, Topics, connect
 from streams.admin import cluster_size
 from streams.faust_app import RecordIO, create_app, track_topics
+from streams.topics import MAX_MESSAGE_BYTES
 from processors.config import ProcessorsConfig
-from processors.commits import CommitWatch, InOrder, Verdict, booked_consumer
+from processors.commits import DeliveryWatch, InOrder, Verdict, booked_consumer
 from processors.groups import Arrival
 from processors.pipeline import Output, Pipeline
 from processors.state import StageContext
 from processors.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
+FETCH_BYTES = 1 << 20  # per partition and fetch
 
 
 class TableStore:
@@ -86,8 +88,11 @@ def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worke
     # (the first record leaves alone and the rest queue behind it).
     # The app id names the consumer group and the state changelogs: one per namespace, so that runs
     # sharing a cluster never share dedupe or group state.
+    # A fetch of at most FETCH_BYTES per partition keeps a backlog's partitions in step: with 32 MiB,
+    # one fetch response (50 MiB) held two partitions' records and the others waited 15 s and more
+    # behind them. Larger records still arrive whole (the broker returns a first record past the limit).
     app = create_app(cfg.app_id or f"{namespace}-processors", kafka, topic_partitions=partitions, topic_replication_factor=min(3, cluster_size(kafka)),
-                     producer_linger=0.005, producer_max_batch_size=1 << 20)
+                     producer_linger=0.005, producer_max_batch_size=1 << 20, consumer_max_fetch_size=FETCH_BYTES)
     io = RecordIO(app, topics, stage="decode")
     tables = {name: app.Table(name, key_type=bytes, value_type=bytes, partitions=partitions) for name in ("groups", "dedupe")}
     stores = {name: TableStore(table, partitions) for name, table in tables.items()}
@@ -97,13 +102,16 @@ def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worke
     worker = worker or f"{socket.gethostname()}-{os.getpid()}"
     last_record = [time.monotonic()]
     watchdog = Watchdog(cfg.stall_timeout_s).start()
-    commits = CommitWatch(cfg.resync_after_s)
     books = InOrder()
-    app.transport.Consumer = booked_consumer(books, topics.raw)  # before the worker creates its consumer
+    # Ahead of a record offered to the stream: Faust's stream buffer and the batch being handled.
+    watch = DeliveryWatch(cfg.resync_after_s, in_flight=2 * (app.conf.stream_buffer_maxsize + cfg.batch_size),
+                          round_bytes=4 * partitions * FETCH_BYTES + 2 * MAX_MESSAGE_BYTES)
+    app.transport.Consumer = booked_consumer(books, topics.raw, watch)  # before the worker creates its consumer
 
     @app.on_partitions_revoked.connect
     async def forget(sender: Any, revoked: set, **kwargs: Any) -> None:
         books.forget(revoked)
+        watch.forget(revoked)
 
     @app.task
     async def started() -> None:  # runs once Faust has started every service and recovered the tables
@@ -116,6 +124,7 @@ def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worke
         await track_topics(app.producer._ensure_producer(), outputs)  # Faust has no public handle on it
         async for events in stream.take_events(cfg.batch_size, within=cfg.batch_within_s):
             with watchdog.busy(f"a batch of {len(events)} records"):
+                watch.took(len(events))
                 arrivals = []
                 for event in await in_order(app.consumer, books, events):
                     exp = await io.decode(event, expect=Experience)
@@ -134,27 +143,35 @@ def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worke
             os.kill(os.getpid(), signal.SIGTERM)  # the worker's own handler shuts down cleanly
 
     @app.timer(5.0)  # asks the broker for end offsets: that can take a second on a busy machine
-    async def check_commits() -> None:
+    async def check_deliveries() -> None:
         consumer = app.consumer
         # A rebalance, table recovery included, may keep the streams waiting as long as it needs.
         raw = [] if app.rebalancing else [tp for tp in consumer.assignment() if tp.topic == topics.raw]
         try:
             end = await consumer.highwaters(*raw) if raw else {}
+            expected = await next_offsets(consumer, books, raw)
         except KafkaError as exc:  # a broker away for a moment: look again next time
             log.info("end offsets unavailable: %r", exc)
             return
-        committed = {tp: consumer._committed_offset.get(tp) for tp in raw}  # Faust has no public view
-        for tp, why in commits.stuck(end, committed, time.monotonic()):
-            if committed[tp] is None:
-                watchdog.fail(f"{tp}: {why}")  # nothing to seek back to: a restart reads from the start
-            log.warning("%s: %s; reading it again from there", tp, why)
-            await consumer.seek(tp, committed[tp])
+        for tp, why in watch.stuck(end, expected, time.monotonic()):
+            log.warning("%s: %s; reading it again from %d", tp, why, expected[tp])
+            await consumer.seek(tp, expected[tp])
 
     @app.timer(cfg.metrics_every_s)
     async def report() -> None:
         await publish_metrics(io, topics, pipeline, worker)
 
     return app
+
+
+async def next_offsets(consumer: Any, books: InOrder, tps: list) -> dict:
+    """The next offset to handle per partition: the book's, else the commit, else the log start."""
+    out = {tp: books.expected(tp) for tp in tps}
+    out.update({tp: consumer._committed_offset.get(tp) for tp, o in out.items() if o is None})  # Faust has no public view
+    unknown = [tp for tp, o in out.items() if o is None]
+    if unknown:
+        out.update(await consumer.earliest_offsets(*unknown))
+    return out
 
 
 async def in_order(consumer: Any, books: InOrder, events: list) -> list:

@@ -1,14 +1,15 @@
 """Each raw record is handed to the pipeline once and in offset order, commits never pass one that
 was not published, and a partition that skipped records is read again from the first one missing;
-a partition whose commit stands still while records wait is found (the backstop)."""
+a partition the worker no longer serves is found (the backstop), and one that waits its turn is not."""
 
 from __future__ import annotations
 
 import asyncio
 
 from faust.transport.drivers.aiokafka import Consumer
+from faust.types import TP
 
-from processors.commits import CommitWatch, InOrder, Verdict, booked_consumer
+from processors.commits import DeliveryWatch, InOrder, Verdict, booked_consumer
 
 
 def test_records_are_taken_in_order_from_the_committed_offset():
@@ -48,17 +49,18 @@ def test_commits_reach_only_what_was_published():
 
 class Msg:
     def __init__(self, offset: int):
-        self.offset = offset
+        self.offset, self.value = offset, b"x" * 10
 
 
 def test_the_consumer_delivers_nothing_of_a_partition_after_a_seek_until_the_offset_sought():
     """Records fetched before a seek would move Faust's read position past the offset sought, and
     Faust drops what arrives behind its read position: the offset sought would never arrive."""
-    fetched = [("p0", Msg(o)) for o in (20, 21, 22)] + [("p1", Msg(5))] + [("p0", Msg(o)) for o in (10, 11)]
+    p0, p1 = TP("raw", 0), TP("raw", 1)
+    fetched = [(p0, Msg(o)) for o in (20, 21, 22)] + [(p1, Msg(5))] + [(p0, Msg(o)) for o in (10, 11)]
 
     class Fetcher(Consumer):
         def __init__(self) -> None:  # only the offset books, no broker
-            self._read_offset, self._committed_offset = {"p0": 23}, {}
+            self._read_offset, self._committed_offset = {p0: 23}, {}
 
         async def seek(self, partition, offset) -> None:
             self._read_offset[partition] = offset
@@ -67,33 +69,89 @@ def test_the_consumer_delivers_nothing_of_a_partition_after_a_seek_until_the_off
             for tp, message in fetched:
                 yield tp, message
 
-    consumer = type("Booked", (booked_consumer(InOrder(), "raw"), Fetcher), {})()
+    watch = DeliveryWatch(idle_s=10, in_flight=100, round_bytes=1000)
+    consumer = type("Booked", (booked_consumer(InOrder(), "raw", watch), Fetcher), {})()
 
     async def read() -> list:
-        await consumer.seek("p0", 10)
-        consumer._read_offset["p0"] = 22  # a record fetched before the seek moved it on
-        return [(tp, m.offset) for tp, m in [pair async for pair in consumer.getmany(1.0)]]
+        await consumer.seek(p0, 10)
+        consumer._read_offset[p0] = 22  # a record fetched before the seek moved it on
+        return [(tp.partition, m.offset) for tp, m in [pair async for pair in consumer.getmany(1.0)]]
 
-    assert asyncio.run(read()) == [("p1", 5), ("p0", 10), ("p0", 11)]
-    assert consumer._read_offset["p0"] == 10  # so Faust's check lets 10 through
-
-
-def test_commit_watch_names_a_partition_whose_commit_stands_still_with_records_waiting():
-    watch = CommitWatch(stall_s=10)
-    assert watch.stuck({"p0": 9, "p1": 3}, {"p0": 5, "p1": None}, now=0.0) == []
-    assert watch.stuck({"p0": 12, "p1": 3}, {"p0": 7}, now=8.0) == []        # p0's commit moved: watched afresh
-    (tp, why), = watch.stuck({"p0": 12, "p1": 3}, {"p0": 7}, now=10.5)       # p1: nothing committed for 10 s
-    assert tp == "p1" and why.startswith("the commit stayed at None for 10 s while records up to 2 waited")
-    assert watch.stuck({"p0": 12, "p1": 3}, {"p0": 7}, now=17.0) == []       # p1 reported once, then watched afresh
-    (tp, why), = watch.stuck({"p0": 12, "p1": 3}, {"p0": 7}, now=18.5)
-    assert tp == "p0" and "stayed at 7" in why
+    assert asyncio.run(read()) == [(1, 5), (0, 10), (0, 11)]
+    assert consumer._read_offset[p0] == 10  # so Faust's check lets 10 through
+    assert watch.offered_bytes == 30  # what was handed on is what the watch saw offered
 
 
-def test_commit_watch_is_quiet_for_a_caught_up_or_unwatched_partition():
-    watch = CommitWatch(stall_s=10)
-    assert watch.stuck({"p0": 42, "p1": 0}, {"p0": 42, "p1": None}, now=0.0) == []  # nothing waits
-    assert watch.stuck({"p0": 42, "p1": 0}, {"p0": 42, "p1": None}, now=100.0) == []
+def test_a_partition_waiting_its_turn_is_never_stuck_however_long_it_takes():
+    """The issue-21 case: a partition's commit stands still for minutes while its records wait,
+    fetched behind a backlog of another partition (a slow pipeline: 10 records/s)."""
+    watch = DeliveryWatch(idle_s=15, in_flight=8704, round_bytes=20 << 20)
+    for offset in range(4000):
+        watch.offer("p0", offset, 1000)
+    for offset in range(1000):
+        watch.offer("p1", offset, 1000)           # fetched, queued behind p0's 4000
+    for second in range(0, 400, 5):
+        watch.took(50)
+        assert watch.stuck({"p0": 10**6, "p1": 25_000, "p2": 7_000},
+                           {"p0": second * 10 + 50, "p1": 0, "p2": 0}, now=second) == []
+        watch.offer("p0", 4000 + second, 1000)     # p2 waits its turn: the others got < round_bytes
+
+
+def test_records_fetched_and_not_handled_are_found_once_the_worker_took_more_than_it_buffers():
+    watch = DeliveryWatch(idle_s=15, in_flight=100, round_bytes=10**9)
+    for offset in range(40, 50):
+        watch.offer("p0", offset, 1000)                                  # 40..49 handed to Faust
+    watch.took(100)                                                     # ...and never reached the book
+    assert watch.stuck({"p0": 50}, {"p0": 40}, now=0.0) == []          # marked: 40 must move
+    watch.took(100)
+    assert watch.stuck({"p0": 50}, {"p0": 40}, now=1.0) == []          # 100 taken since: could still be queued
+    watch.took(1)
+    (tp, why), = watch.stuck({"p0": 50}, {"p0": 40}, now=2.0)
+    assert tp == "p0" and why == "records from 40 to 49 were fetched and not handled while 101 records of other partitions were"
+    assert watch.stuck({"p0": 50}, {"p0": 40}, now=3.0) == []          # reported once, then watched afresh
+
+
+def test_a_partition_handled_in_step_is_never_stuck():
+    watch = DeliveryWatch(idle_s=15, in_flight=100, round_bytes=10**9)
+    for step in range(20):
+        for offset in range(step * 50, step * 50 + 50):
+            watch.offer("p0", offset, 1000)
+        watch.took(500)
+        assert watch.stuck({"p0": 10**6}, {"p0": step * 50 + 25}, now=step) == []  # half the fetched records handled
+
+
+def test_a_partition_never_fetched_is_found_after_several_fetch_rounds_of_the_others():
+    watch = DeliveryWatch(idle_s=15, in_flight=100, round_bytes=4 << 20)
+    assert watch.stuck({"p0": 10, "p1": 500}, {"p0": 10, "p1": 0}, now=0.0) == []
+    for offset in range(4 << 10):
+        watch.offer("p0", offset, 1024)                                   # 4 MiB of p0, nothing of p1
+    watch.took(4 << 10)
+    assert watch.stuck({"p0": 4 << 10, "p1": 500}, {"p0": 4 << 10, "p1": 0}, now=1.0) == []
+    watch.offer("p0", 4 << 10, 1024)
+    (tp, why), = watch.stuck({"p0": 4 << 10, "p1": 500}, {"p0": (4 << 10) + 1, "p1": 0}, now=2.0)
+    assert tp == "p1" and why == "records from 0 to 499 wait and none was fetched while 4 MiB of other partitions were"
+
+
+def test_a_partition_waiting_on_an_idle_worker_is_found_after_idle_s():
+    """The restarted worker that never got a record of a partition it owns (no commit, no book)."""
+    watch = DeliveryWatch(idle_s=15, in_flight=100, round_bytes=10**9)
+    assert watch.stuck({"p1": 3}, {"p1": 0}, now=0.0) == []
+    assert watch.stuck({"p1": 3}, {"p1": 0}, now=15.0) == []
+    (tp, why), = watch.stuck({"p1": 3}, {"p1": 0}, now=15.5)
+    assert why == "records from 0 to 2 waited 16 s while the worker was offered nothing and handled nothing"
+    watch.took(1)                                       # a worker that handles anything is not idle
+    assert watch.stuck({"p1": 3}, {"p1": 0}, now=20.0) == []
+    watch.took(1)
+    assert watch.stuck({"p1": 3}, {"p1": 0}, now=40.0) == []
+
+
+def test_a_caught_up_sought_or_unwatched_partition_is_quiet():
+    watch = DeliveryWatch(idle_s=10, in_flight=100, round_bytes=10**9)
+    assert watch.stuck({"p0": 42}, {"p0": 42}, now=0.0) == []           # nothing waits
+    assert watch.stuck({"p0": 42}, {"p0": 42}, now=100.0) == []
     assert watch.stuck({"p0": 50}, {"p0": 42}, now=100.0) == []
-    assert watch.stuck({}, {}, now=105.0) == []                                      # rebalancing: not watched
-    assert watch.stuck({"p0": 50}, {"p0": 42}, now=111.0) == []                      # watched afresh from 111
-    assert [tp for tp, _ in watch.stuck({"p0": 50}, {"p0": 42}, now=121.5)] == ["p0"]
+    assert watch.stuck({}, {}, now=105.0) == []                         # rebalancing: not watched
+    assert watch.stuck({"p0": 50}, {"p0": 42}, now=111.0) == []         # watched afresh from 111
+    watch.forget({"p0"})                                                # sought: afresh again
+    assert watch.stuck({"p0": 50}, {"p0": 42}, now=121.5) == []
+    assert [tp for tp, _ in watch.stuck({"p0": 50}, {"p0": 42}, now=131.6)] == ["p0"]
