@@ -10,7 +10,8 @@ experiences in groups of 8 are published once; then, one after the other over th
 Each rate is measured between 10% and 100% of the records handled (startup excluded), with the
 process's CPU share over that span; the machine is shared, so the worker is also given as a
 percentage of the passthrough measured in the same run. The worker's RSS is read at every 100k
-records and at the end. Last, latency: `--latency-seconds` at `--rate` experiences/s, publish ->
+records and at the end; half-way through, each partition's committed share of its records (a fair
+drain keeps them close); and the partitions it read again (resyncs: a backlog should cause none). Last, latency: `--latency-seconds` at `--rate` experiences/s, publish ->
 consumer-received on experiences.ready, p50/p99/max, beside the same records read straight
 from experiences.raw (the harness and broker without the worker).
 """
@@ -182,14 +183,52 @@ def reference(kafka: KafkaSettings, source: str, records: int) -> dict:
         proc.join(60)
 
 
-def worker_run(kafka: KafkaSettings, topics: Topics, config: Path, records: int) -> tuple[dict, subprocess.Popen]:
-    worker = subprocess.Popen([sys.executable, "-m", "infra.cli", "process", str(config)], cwd=ROOT,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+class Balance:
+    """How evenly the worker drains the partitions: each partition's committed share of its records,
+    taken once the worker has committed half of all of them."""
+
+    def __init__(self, kafka: KafkaSettings, group: str, topic: str):
+        self.consumer = connect(KafkaConsumer, kafka, group_id=group, enable_auto_commit=False)
+        self.parts = [TopicPartition(topic, p) for p in sorted(self.consumer.partitions_for_topic(topic))]
+        self.totals = self.consumer.end_offsets(self.parts)
+        self.halfway: dict[int, float] | None = None
+
+    def look(self) -> None:
+        if self.halfway is not None:
+            return
+        done = {tp: self.consumer.committed(tp) or 0 for tp in self.parts}
+        if 2 * sum(done.values()) >= sum(self.totals.values()):
+            self.halfway = {tp.partition: round(done[tp] / max(1, self.totals[tp]), 2) for tp in self.parts}
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def worker_run(kafka: KafkaSettings, topics: Topics, config: Path, records: int, app_id: str,
+               log: Path) -> tuple[dict, subprocess.Popen]:
+    """One `undertow process` worker over `records` waiting raw records: its rate, RSS, how evenly it
+    took the partitions, and how often it read a partition again (a resync: 0 expected)."""
+    with open(log, "w") as out:
+        worker = subprocess.Popen([sys.executable, "-m", "infra.cli", "process", str(config)], cwd=ROOT,
+                                  stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     progress = Progress(kafka, [topics.ready, topics.rejected])
+    balance = Balance(kafka, app_id, topics.raw)
+
+    def count() -> int:
+        balance.look()
+        return progress()
+
     try:
-        return throughput(progress, worker.pid, lambda: worker.poll() is None, records, track_rss=True), worker
+        try:
+            out = throughput(count, worker.pid, lambda: worker.poll() is None, records, track_rss=True)
+        except RuntimeError as e:
+            raise RuntimeError(f"{e}; the worker's log ends:\n{log.read_text()[-3000:]}") from None
+        out["halfway_shares"] = balance.halfway
+        out["resyncs"] = log.read_text().count("reading it again")
+        return out, worker
     finally:
         progress.close()
+        balance.close()
 
 
 def latency(kafka: KafkaSettings, topics: Topics, start_group: int, rate: float, seconds: float) -> dict:
@@ -250,13 +289,16 @@ def main() -> None:
         print(f"published {records} records in {time.monotonic() - t:.1f} s", flush=True)
         result: dict = {"records": records, "passthrough": reference(kafka, topics.raw, records)}
         print(result, flush=True)
-        result["worker"], worker = worker_run(kafka, topics, config, records)
+        result["worker"], worker = worker_run(kafka, topics, config, records, f"bench-{ns}", config.with_suffix(".log"))
         result["worker_vs_passthrough"] = f"{100 * result['worker']['per_s'] / result['passthrough']['per_s']:.0f}%"
         print(result, flush=True)
         result["latency"] = latency(kafka, topics, groups, args.rate, args.latency_seconds)
         print(result, flush=True)
         print(f"worker = {result['worker_vs_passthrough']} of raw passthrough "
               f"({result['worker']['per_s']} vs {result['passthrough']['per_s']} records/s)", flush=True)
+        shares = result["worker"]["halfway_shares"] or {}
+        print(f"partitions half-way: the slowest had {min(shares.values(), default=0):.0%} of its records done, "
+              f"the fastest {max(shares.values(), default=0):.0%}; resyncs {result['worker']['resyncs']}", flush=True)
         rss = result["worker"]["rss_mb"]
         if "100k" in rss:
             print(f"worker RSS after {records} records = {rss['end'] / rss['100k']:.2f} x its RSS after 100k "
