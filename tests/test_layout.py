@@ -77,10 +77,19 @@ def test_readme_first_command_uses_commands_that_exist():
             assert words[1] in sub.commands, f"README runs `undertow {use}`"
 
 
-def test_every_shipped_config_loads():
-    from infra.run_config import load_run_config
+SHIPPED_CONFIGS = 5  # examples/**/*.yaml: a config added or removed must be counted here
 
-    configs = sorted((ROOT / "examples").glob("*.yaml"))
-    assert len(configs) >= 4
+
+def test_every_shipped_config_loads_and_builds_its_pipelines():
+    from infra.run_config import load_run_config, stage_mapping
+    from processors.config import ProcessorsConfig
+    from processors.pipeline import Pipeline
+
+    configs = sorted((ROOT / "examples").rglob("*.yaml"))
+    assert len(configs) == SHIPPED_CONFIGS, [str(c.relative_to(ROOT)) for c in configs]
     for path in configs:
-        load_run_config(path)
+        config, raw = load_run_config(path)
+        for stage in list(config.run.stages) or [None]:
+            section = ProcessorsConfig.model_validate(stage_mapping(raw, stage).get("processors") or {})
+            pipeline = Pipeline.from_config(section.pipeline)  # registry names and kwargs, no broker
+            assert len(pipeline.stages) >= 1, (path, stage)

@@ -94,7 +94,8 @@ def test_shapes_build_sft_dpo_and_raw_records():
     sft = replay_shapes.resolve("sft_best").obj(run)
     assert [(e.experience_id, e.group_id, e.group_size, e.sample_index) for e in sft] == \
         [("g-0/0", "g-0/0", 1, 0), ("g-1/0", "g-1/0", 1, 0)]
-    assert replay_shapes.resolve({"name": "sft_best", "min_reward": 1.5}).obj is not None
+    picky = replay_shapes.resolve({"name": "sft_best", "min_reward": 1.5})
+    assert (picky.name, picky.obj, picky.kwargs) == ("sft_best", replay_shapes.get("sft_best"), {"min_reward": 1.5})
     assert replay_shapes.get("sft_best")(run, min_reward=1.5) == []
     pairs = replay_shapes.get("dpo_pairs")(run)
     assert [(p.pair_id, p.chosen_text, p.rejected_text) for p in pairs] == [("g-0/0>1", "0", "1"), ("g-1/0>1", "2", "3")]

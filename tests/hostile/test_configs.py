@@ -25,8 +25,8 @@ CASES = [
      ["trainer.batching", "experiences / token_budget: set exactly one"]),
     ("train", {"trainer": {"engine": {"offload_optimizer": True, "zero_stage": 0}}},  # contradictory
      ["trainer.engine", "offload_optimizer: needs zero_stage >= 1"]),
-    ("train", {"trainer": {"engine": {"lr": -1}, "policy_loss": "no_such_loss"}},
-     ["trainer.engine.lr", "greater than 0", "trainer.policy_loss", "no_such_loss"]),
+    ("train", {"trainer": {"engine": {"lr": -1}, "algorithm": {"policy_loss": "no_such_loss"}}},
+     ["trainer.engine.lr", "greater than 0", "trainer.algorithm.policy_loss", "no_such_loss", "unknown"]),
     ("rollout", {"rollout": {"max_staleness": -1, "reward": "no_such_reward"}},
      ["rollout.max_staleness", "rollout.reward", "no_such_reward"]),
     ("rollout", {"rollout": {"workflow": {"name": "single_turn", "turns": 3}}},

@@ -27,12 +27,14 @@ def test_response_tokens_land_where_sequence_logprobs_predicts_them():
 
 def test_rl_on_policy_loss_is_minus_mean_advantage():
     model = build_model(SPEC)
-    records = make_group("g")  # behaviour log-probs of this very model: ratio 1
+    # Behaviour log-probs of this very model: ratio 1, so PPO's clipped surrogate is just A per token.
+    advantages = [[3.0, 1.0], [1.0, 1.0], [-1.0, -1.0], [0.0, 2.0]]
+    records = [r.model_copy(update={"advantages": a}) for r, a in zip(make_group("g"), advantages)]
     rl = objectives.get("rl")(AlgorithmConfig())
     out = rl.loss(model, rl.collate(records, pad_id=0, pad_to_multiple=8))
-    # token_mean of -A: two samples at +1, two at -1, same lengths
+    # token_mean of -A over the 8 response tokens: -(4 + 2 - 2 + 2) / 8
     assert out.metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
-    assert out.loss.item() == pytest.approx(0.0, abs=1e-5) and out.metrics["entropy"] > 0
+    assert out.loss.item() == pytest.approx(-0.75, abs=1e-5) and out.metrics["entropy"] > 0
 
 
 def test_rl_with_kl_to_itself_adds_nothing_and_sft_is_nll():
