@@ -32,6 +32,6 @@ class ProcessorsConfig(BaseModel):
     resync_after_s: float = Field(
         15.0, gt=0, description="a partition whose records wait while the whole worker was offered nothing and "
                             "handled nothing this long is read again from its next offset (a backlog of "
-                            "other partitions never counts: see processors/commits.py DeliveryWatch)")
+                            "other partitions never counts: see streams/faust/delivery.py)")
     idle_exit_s: float | None = Field(
         None, gt=0, description="stop after this many seconds without a record (tests, benchmarks); None: run until SIGTERM")

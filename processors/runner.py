@@ -13,77 +13,30 @@ import os
 import signal
 import socket
 import time
-from functools import lru_cache
-from typing import Any, Iterator
+from typing import Any
 
 import faust
 from aiokafka.errors import KafkaError
-from kafka import KafkaConsumer
-from kafka.partitioner.default import murmur2
 
 from schemas import Experience, MetricEvent, encode
-from streams import KafkaSettings, Topics, connect
-from streams.admin import cluster_size
-from streams.faust_app import RecordIO, create_app, track_topics
+from streams import KafkaSettings, Topics
+from streams.admin import cluster_size, partition_count
+from streams.faust import (DeliveryWatch, InOrder, RecordIO, TableStore, Watchdog, booked_consumer, create_app,
+                           in_order, next_offsets, track_output_topics)
 from streams.topics import MAX_MESSAGE_BYTES
 from processors.config import ProcessorsConfig
-from processors.commits import DeliveryWatch, InOrder, Verdict, booked_consumer
 from processors.groups import Arrival
 from processors.pipeline import Output, Pipeline
 from processors.state import StageContext
-from processors.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 FETCH_BYTES = 1 << 20  # per partition and fetch
 
 
-class TableStore:
-    """A StateStore over a Faust table's local data, writing each change to the changelog partition
-    of the record's own Kafka key, the way the default partitioner placed the record."""
-
-    def __init__(self, table: Any, partitions: int):
-        self.table, self.partitions = table, partitions
-        self.partition_of = lru_cache(maxsize=1 << 16)(self._partition_of)
-
-    def _partition_of(self, route: bytes) -> int:
-        return (murmur2(route) & 0x7FFFFFFF) % self.partitions
-
-    def get(self, key: bytes) -> bytes | None:
-        return self.table.data.get(key)
-
-    def put(self, key: bytes, value: bytes, route: bytes) -> None:
-        self.table.data[key] = value
-        self.table.send_changelog(self.partition_of(route), key, value, key_serializer="raw", value_serializer="raw")
-
-    def delete(self, key: bytes, route: bytes) -> None:
-        self.table.data.pop(key, None)
-        self.table.send_changelog(self.partition_of(route), key, None, key_serializer="raw", value_serializer="raw")
-
-    def items(self) -> Iterator[tuple[bytes, bytes]]:
-        return iter(list(self.table.data.items()))
-
-    def shard(self, route: bytes) -> int:
-        return self.partition_of(route)
-
-    def __len__(self) -> int:
-        return len(self.table.data)
-
-
-def topic_partitions(kafka: KafkaSettings, topic: str) -> int:
-    consumer = connect(KafkaConsumer, kafka)
-    try:
-        parts = consumer.partitions_for_topic(topic)
-    finally:
-        consumer.close()
-    if not parts:
-        raise RuntimeError(f"topic {topic} does not exist: run `undertow topics create` first")
-    return len(parts)
-
-
 def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worker: str | None = None) -> faust.App:
     """The processor app: one agent on experiences.raw, timers for timeouts, metrics and idle exit."""
     topics = Topics(namespace)
-    partitions = topic_partitions(kafka, topics.raw)
+    partitions = partition_count(kafka, topics.raw)
     # A short linger lets a batch's sends share produce requests; a linger of 0 measured slower here
     # (the first record leaves alone and the rest queue behind it).
     # The app id names the consumer group and the state changelogs: one per namespace, so that runs
@@ -121,12 +74,12 @@ def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worke
     async def process(stream: faust.StreamT) -> None:
         outputs = [topics.ready, topics.rejected, topics.task_stats, topics.metrics,
                    *(name for table in tables.values() for name in table.changelog_topic.topics)]
-        await track_topics(app.producer._ensure_producer(), outputs)  # Faust has no public handle on it
+        await track_output_topics(app, outputs)
         async for events in stream.take_events(cfg.batch_size, within=cfg.batch_within_s):
             with watchdog.busy(f"a batch of {len(events)} records"):
                 watch.took(len(events))
                 arrivals = []
-                for event in await in_order(app.consumer, books, events):
+                for event in await in_order(app.consumer, books, events, log):
                     exp = await io.decode(event, expect=Experience)
                     if exp is not None:
                         arrivals.append(Arrival(exp, event.message.partition, event.message.offset, event.message.value))
@@ -162,31 +115,6 @@ def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worke
         await publish_metrics(io, topics, pipeline, worker)
 
     return app
-
-
-async def next_offsets(consumer: Any, books: InOrder, tps: list) -> dict:
-    """The next offset to handle per partition: the book's, else the commit, else the log start."""
-    out = {tp: books.expected(tp) for tp in tps}
-    out.update({tp: consumer._committed_offset.get(tp) for tp, o in out.items() if o is None})  # Faust has no public view
-    unknown = [tp for tp, o in out.items() if o is None]
-    if unknown:
-        out.update(await consumer.earliest_offsets(*unknown))
-    return out
-
-
-async def in_order(consumer: Any, books: InOrder, events: list) -> list:
-    """The events each partition's book takes; a partition that skipped records is sought back."""
-    taken = []
-    for event in events:
-        tp = event.message.tp
-        verdict = books.admit(tp, event.message.offset, consumer._committed_offset.get(tp))
-        if verdict is Verdict.TAKE:
-            taken.append(event)
-        elif verdict is Verdict.EARLY and (offset := books.rewind(tp)) is not None:
-            log.warning("%s: offset %d arrived before %d; reading again from %d",
-                        tp, event.message.offset, offset, offset)
-            await consumer.seek(tp, offset)
-    return taken
 
 
 async def publish(io: RecordIO, topics: Topics, out: Output) -> None:

@@ -44,6 +44,18 @@ def cluster_size(settings: KafkaSettings) -> int:
         return len(admin.describe_cluster()["brokers"])
 
 
+def partition_count(settings: KafkaSettings, topic: str) -> int:
+    """How many partitions `topic` has; a missing topic is an error that says how to make it."""
+    consumer = connect(KafkaConsumer, settings)
+    try:
+        parts = consumer.partitions_for_topic(topic)
+    finally:
+        consumer.close()
+    if not parts:
+        raise RuntimeError(f"topic {topic} does not exist: run `undertow topics create` first")
+    return len(parts)
+
+
 def create_topics(settings: KafkaSettings, namespace: str, replication_factor: int | None = None,
                   partitions: dict[str, int] | None = None) -> list[str]:
     """Create the catalog's topics under `namespace` that do not exist yet; return those created.

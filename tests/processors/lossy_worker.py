@@ -1,5 +1,5 @@
 """A processor worker that stops serving one partition of experiences.raw until it is sought, the way
-Faust lost deliveries around restarts (processors/commits.py): the delivery watch must find it.
+Faust lost deliveries around restarts (streams/faust/books.py): the delivery watch must find it.
 
     python -m tests.processors.lossy_worker CONFIG MODE PARTITION
 
@@ -14,8 +14,8 @@ from typing import Any
 
 from faust.transport.drivers.aiokafka import Consumer
 
-import processors.commits
 import processors.runner
+import streams.faust.books
 from infra.cli_processors import load_processors_config
 from infra.config import load_cluster_config, resolve_kafka
 
@@ -45,7 +45,7 @@ def losing(base: type[Consumer], partition: int) -> type[Consumer]:
 
 def main(config: str, mode: str, partition: int) -> None:
     if mode == "unfetched":  # below the booked consumer: it never sees the records
-        processors.commits.Consumer = losing(Consumer, partition)
+        streams.faust.books.Consumer = losing(Consumer, partition)
     elif mode == "dropped":  # above it: offered, then gone
         booked = processors.runner.booked_consumer
         processors.runner.booked_consumer = lambda *args: losing(booked(*args), partition)

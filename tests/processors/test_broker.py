@@ -151,8 +151,8 @@ def test_open_groups_survive_a_worker_restart(kafka, namespace, tmp_path):
 def test_a_worker_killed_mid_stream_loses_nothing(kafka, namespace, tmp_path):
     """SIGKILL under load, then a new worker after a backlog built up: every record ends ready or
     rejected, none is made ready twice. A starting worker's streams often miss a run of offsets
-    (Faust; processors/commits.py), read again at once: the commit watch, the slow backstop, is set
-    beyond this test's patience. The unit tests in test_commits.py pin the mechanism down."""
+    (Faust; streams/faust/books.py), read again at once: the delivery watch, the slow backstop, is set
+    beyond this test's patience. The unit tests in tests/streams/test_faust_books.py pin the mechanism down."""
     topics = Topics(namespace)
     section = dict(pipeline=["clean", {"name": "reshape", "advantage": "grpo"}], resync_after_s=600)
     sent: list[str] = []

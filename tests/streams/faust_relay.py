@@ -12,7 +12,7 @@ from faust.worker import Worker
 
 from schemas import record_types
 from streams import KafkaSettings, Topics
-from streams.faust_app import RecordIO, create_app
+from streams.faust import RecordIO, create_app
 
 
 def build(app_id: str, namespace: str) -> faust.App:

@@ -9,7 +9,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from streams import KafkaSettings, Topics, create_topics
-from streams.faust_app import track_topics
+from streams.faust import track_topics
 
 pytestmark = pytest.mark.broker
 

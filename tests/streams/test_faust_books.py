@@ -9,7 +9,7 @@ import asyncio
 from faust.transport.drivers.aiokafka import Consumer
 from faust.types import TP
 
-from processors.commits import DeliveryWatch, InOrder, Verdict, booked_consumer
+from streams.faust import DeliveryWatch, InOrder, Verdict, booked_consumer
 
 
 def test_records_are_taken_in_order_from_the_committed_offset():

@@ -56,6 +56,11 @@ async def track_topics(producer: AIOKafkaProducer, names: Iterable[str]) -> None
     await producer.client.set_topics(sorted(set(names)))
 
 
+async def track_output_topics(app: faust.App, names: Iterable[str]) -> None:
+    """`track_topics` for the app's own producer, started if it was not yet."""
+    await track_topics(app.producer._ensure_producer(), names)  # Faust has no public handle on it
+
+
 class RecordIO:
     """Record reading and writing for the agents of one Faust app.
 
