@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Callable, Mapping
 
 from schemas import Experience
@@ -46,13 +45,8 @@ class Stage:
 
     def __init__(self, component: Component[Any]):
         self.name = component.name
-        obj = component.obj
-        if inspect.isclass(obj):
-            self.impl = obj(**component.kwargs)
-        elif callable(obj):
-            self.impl = _FunctionProcessor(partial(obj, **component.kwargs))
-        else:
-            raise TypeError(f"processor {self.name!r}: expected a function or a class, got {type(obj).__name__}")
+        bound = component.bind()
+        self.impl = bound if inspect.isclass(component.obj) else _FunctionProcessor(bound)
         has = [m for m in ("process", "process_group", "process_batch") if callable(getattr(self.impl, m, None))]
         if not has:
             raise TypeError(f"processor {self.name!r}: a class needs process, process_group or process_batch")

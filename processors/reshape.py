@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import inspect
-from functools import partial
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
 from schemas import Experience
 from schemas.base import FLOAT32_MAX
-from schemas.registry import Registry
 from processors.advantages import ADVANTAGES
 from processors.api import Reject, processor
 from processors.shaping import SHAPERS
 
 Entry = str | Mapping[str, Any]
-
-
-def _callable(registry: Registry, entry: Entry) -> Callable[..., np.ndarray]:
-    component = registry.resolve(entry)
-    if inspect.isclass(component.obj):  # stateful (e.g. a running baseline): one instance per stage
-        return component.obj(**component.kwargs)
-    return partial(component.obj, **component.kwargs)
 
 
 @processor("reshape")
@@ -34,8 +24,8 @@ class Reshape:
 
     def __init__(self, *, advantage: Entry = "grpo", shaping: list[Entry] = (), dynamic_sampling: bool = False,
                  min_group_size: int = 1):
-        self.estimator = _callable(ADVANTAGES, advantage)
-        self.shapers = [_callable(SHAPERS, e) for e in shaping]
+        self.estimator = ADVANTAGES.resolve(advantage).bind()  # a class: one stateful instance per stage
+        self.shapers = [SHAPERS.resolve(e).bind() for e in shaping]
         self.dynamic_sampling, self.min_group_size = dynamic_sampling, min_group_size
 
     def process_group(self, group: list[Experience]) -> list[Experience] | Reject:

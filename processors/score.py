@@ -9,9 +9,7 @@ added when `add_to_reward` is set.
 
 from __future__ import annotations
 
-import inspect
 import re
-from functools import partial
 from typing import Any, Callable, Mapping
 
 from schemas import Experience
@@ -49,21 +47,14 @@ def metadata_answer(exp: Experience, *, field: str = "answer") -> dict[str, floa
     return {"correct": float(answer is not None and exp.response_text.strip() == str(answer).strip())}
 
 
-def _resolve(registry: Registry[Any], entry: Entry, construct: bool) -> Callable[..., Any]:
-    component = registry.resolve(entry)
-    if construct and inspect.isclass(component.obj):
-        return component.obj(**component.kwargs)
-    return partial(component.obj, **component.kwargs)
-
-
 @processor("score")
 class Score:
     """Applies `rewards` to each record and `scorer` to batches of `batch_size`."""
 
     def __init__(self, *, rewards: list[Entry] = (), scorer: Entry | None = None, batch_size: int = 32,
                  add_to_reward: bool = True, overwrite: bool = False):
-        self.rewards = [_resolve(REWARDS, e, construct=False) for e in rewards]
-        self.scorer = _resolve(SCORERS, scorer, construct=True) if scorer is not None else None
+        self.rewards = [REWARDS.resolve(e).bind() for e in rewards]
+        self.scorer = SCORERS.resolve(scorer).bind() if scorer is not None else None
         self.batch_size, self.add_to_reward, self.overwrite = batch_size, add_to_reward, overwrite
 
     def process_batch(self, exps: list[Experience]) -> list[Experience | Reject]:

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from schemas import ModelSpec
 from schemas.config_io import ConfigError, load_config
-from schemas.registry import Registry, RegistryError
+from schemas.registry import checked_entry
 from streams import NAMESPACE_PATTERN, KafkaSettings
 
 from rollout.engines import engines
@@ -18,15 +18,6 @@ from rollout.rewards import rewards
 from rollout.workflows import workflows
 
 Entry = str | dict[str, Any]  # a registry entry: `name`, dotted path, or {name: …, **kwargs}
-
-
-def _resolvable(registry: Registry, entry: Entry) -> Entry:
-    """Refuse an unknown name or argument while the config is read, not after the model has loaded."""
-    try:
-        registry.resolve(entry)
-    except RegistryError as e:
-        raise ValueError(str(e)) from None
-    return entry
 
 
 def rollout_group(namespace: str) -> str:
@@ -93,9 +84,9 @@ class RolloutConfig(BaseModel):
                                  "starts again (the trainer may have had nothing to train on); null: wait for ever")
     weights_wait_seconds: float = Field(0.05, gt=0, description="pause between checks while admission control waits")
 
-    _check_engine = field_validator("engine")(lambda cls, v: _resolvable(engines, v))
-    _check_workflow = field_validator("workflow")(lambda cls, v: _resolvable(workflows, v))
-    _check_reward = field_validator("reward")(lambda cls, v: _resolvable(rewards, v))
+    _check_engine = field_validator("engine")(lambda cls, v: checked_entry(engines, v))
+    _check_workflow = field_validator("workflow")(lambda cls, v: checked_entry(workflows, v))
+    _check_reward = field_validator("reward")(lambda cls, v: checked_entry(rewards, v))
 
 
 class _RunBase(BaseModel):

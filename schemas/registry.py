@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import inspect
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable, Generic, Mapping, TypeVar
 
 T = TypeVar("T")
@@ -27,6 +28,15 @@ class Component(Generic[T]):
     name: str
     obj: T
     kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self, *args: Any) -> Any:
+        """Call the object (build the class) with `args` and the config's keyword arguments."""
+        return self.obj(*args, **self.kwargs)  # type: ignore[operator]
+
+    def bind(self) -> Any:
+        """The component ready to use: a class built once with its keyword arguments (one stateful
+        instance, e.g. a running baseline), a function bound to them."""
+        return self.obj(**self.kwargs) if inspect.isclass(self.obj) else partial(self.obj, **self.kwargs)  # type: ignore[operator]
 
 
 class Registry(Generic[T]):
@@ -90,3 +100,13 @@ def _check_kwargs(kind: str, name: str, obj: Any, kwargs: dict[str, Any]) -> Non
     if unknown:
         keyword_only = sorted(p.name for p in params if p.kind is p.KEYWORD_ONLY)
         raise RegistryError(f"{kind} {name!r}: unexpected argument(s) {unknown}; it takes {keyword_only}")
+
+
+def checked_entry(registry: Registry[Any], entry: Any) -> Any:
+    """For a config validator: `entry` unchanged once it resolves, else a ValueError saying why, so
+    that an unknown name or argument fails while the config is read, not after the model loaded."""
+    try:
+        registry.resolve(entry)
+    except RegistryError as e:
+        raise ValueError(str(e)) from None
+    return entry

@@ -98,7 +98,7 @@ def replay(history: History, selection: Selection, shape: str | dict[str, Any], 
     started = time.monotonic()
     component = replay_shapes.resolve(shape)
     records = select(history, selection)
-    out = component.obj(records, **component.kwargs)
+    out = component(records)
     futures = [producer.send(topic, r, key=replay_key(r)) for r in out]
     producer.flush()
     for f in futures:

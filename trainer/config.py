@@ -7,21 +7,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas import ModelSpec
-from schemas.registry import RegistryError
+from schemas.registry import checked_entry
 from streams import NAMESPACE_PATTERN, KafkaSettings
 
 from .algorithms import aggregations, kl_estimators, policy_losses
 
 Entry = str | dict[str, Any]  # a registry entry: `name` or {name: …, **kwargs}
 MAX_CHUNK_BYTES = 8 << 20
-
-
-def _checked(registry, entry: Entry) -> Entry:
-    try:
-        registry.resolve(entry)
-    except RegistryError as e:
-        raise ValueError(str(e)) from None
-    return entry
 
 
 class _Section(BaseModel):
@@ -78,7 +70,7 @@ class KLConfig(_Section):
     coef: float = Field(0.0, ge=0, description="β; 0 disables the KL term and the reference model")
     placement: Literal["loss", "reward"] = Field("loss", description="add β·KL to the loss, or subtract it from advantages")
 
-    _check = field_validator("estimator")(lambda cls, v: _checked(kl_estimators, v))
+    _check = field_validator("estimator")(lambda cls, v: checked_entry(kl_estimators, v))
 
 
 class AlgorithmConfig(_Section):
@@ -92,8 +84,8 @@ class AlgorithmConfig(_Section):
     dpo_beta: float = Field(0.1, gt=0, description="DPO's β")
     temperature: float = Field(1.0, gt=0, description="sampling temperature of the rollout engine (log-probs use it)")
 
-    _check_loss = field_validator("policy_loss")(lambda cls, v: _checked(policy_losses, v))
-    _check_agg = field_validator("aggregation")(lambda cls, v: _checked(aggregations, v))
+    _check_loss = field_validator("policy_loss")(lambda cls, v: checked_entry(policy_losses, v))
+    _check_agg = field_validator("aggregation")(lambda cls, v: checked_entry(aggregations, v))
 
 
 class TrainerConfig(_Section):

@@ -56,5 +56,4 @@ engines: Registry[type] = Registry("engine")
 
 def build_engine(entry: str | Mapping[str, Any], spec: ModelSpec) -> Engine:
     """An engine from a config entry (`transformers` or `{name: transformers, batch_size: 8}`)."""
-    component = engines.resolve(entry)
-    return component.obj(spec, **component.kwargs)
+    return engines.resolve(entry)(spec)

@@ -36,7 +36,7 @@ def source(name: str) -> Callable:
 def load_items(entry: str | Mapping[str, Any]) -> list[TaskItem]:
     """The items of a source config entry; an empty taskset is an error, not a silent no-op."""
     component = sources.resolve(entry)
-    items = list(component.obj(**component.kwargs))
+    items = list(component())
     if not items:
         raise ValueError(f"taskset source {component.name!r} {component.kwargs}: no items")
     bad = [type(i).__name__ for i in items[:3] if not isinstance(i, TaskItem)]

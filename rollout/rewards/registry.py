@@ -22,7 +22,7 @@ def reward(name: str) -> Callable:
 def build_reward(entry: str | Mapping[str, Any]) -> RewardFn:
     """A config entry (`name`, dotted path, or `{name: …, **kwargs}`) bound to its keyword arguments."""
     component = rewards.resolve(entry)
-    return functools.partial(_checked, component.name, functools.partial(component.obj, **component.kwargs))
+    return functools.partial(_checked, component.name, component.bind())
 
 
 def total(components: Mapping[str, float]) -> float:

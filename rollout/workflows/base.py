@@ -6,7 +6,6 @@ trajectories; it gets its own keyword arguments from the config entry, never the
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping
 
@@ -57,8 +56,7 @@ def workflow(name: str) -> Callable:
 
 def build_workflow(entry: str | Mapping[str, Any]) -> Workflow:
     """A config entry bound to its keyword arguments: `fn(task, ctx) -> list[Trajectory]`."""
-    component = workflows.resolve(entry)
-    return functools.partial(component.obj, **component.kwargs)
+    return workflows.resolve(entry).bind()
 
 
 def prompt_tokens(task: Task, ctx: WorkflowContext) -> tuple[str, list[int]]:

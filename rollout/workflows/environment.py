@@ -38,5 +38,4 @@ def environment(name: str) -> Callable:
 
 def environment_factory(entry: str | Mapping[str, Any]) -> Callable[[], Environment]:
     """A config entry as a zero-argument factory: a fresh environment per episode."""
-    component = environments.resolve(entry)
-    return lambda: component.obj(**component.kwargs)
+    return environments.resolve(entry)  # calling the component builds one

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.registry import Registry, RegistryError
+from schemas.registry import Registry, RegistryError, checked_entry
 
 
 def shout(text: str, *, times: int = 1) -> str:
@@ -38,3 +38,35 @@ def test_a_name_cannot_be_taken_twice():
     reg.register("a")(shout)
     with pytest.raises(RegistryError, match="already registered"):
         reg.register("a")(len)
+
+
+class Counter:
+    """A stateful plugin: one instance per resolved entry."""
+
+    def __init__(self, *, start: int = 0):
+        self.n = start
+
+    def __call__(self) -> int:
+        self.n += 1
+        return self.n
+
+
+def test_a_component_binds_a_function_builds_a_class_once_and_calls_with_its_arguments():
+    reg: Registry = Registry("thing")
+    reg.register("shout")(shout)
+    reg.register("counter")(Counter)
+    bound = reg.resolve({"name": "shout", "times": 3}).bind()
+    assert bound("a") == "AAA" and bound("b", times=1) == "B"
+    counter = reg.resolve({"name": "counter", "start": 10}).bind()
+    assert isinstance(counter, Counter) and [counter(), counter()] == [11, 12]  # one instance, its state kept
+    factory = reg.resolve({"name": "counter", "start": 5})
+    assert factory() is not factory() and factory().n == 5  # calling the component builds a fresh one
+    assert reg.resolve({"name": "shout", "times": 2})("x") == "XX"
+
+
+def test_checked_entry_passes_a_good_entry_through_and_names_a_bad_one():
+    reg: Registry = Registry("loss")
+    reg.register("shout")(shout)
+    assert checked_entry(reg, {"name": "shout", "times": 2}) == {"name": "shout", "times": 2}
+    with pytest.raises(ValueError, match=r"loss 'shout': unexpected argument\(s\) \['loud'\]"):
+        checked_entry(reg, {"name": "shout", "loud": True})
