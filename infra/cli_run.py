@@ -30,7 +30,7 @@ LIVE_ROWS = [
 
 def run(config: Optional[Path] = typer.Argument(None, exists=True, dir_okay=False, help="Run config (YAML)."),
         resume: Optional[Path] = typer.Option(None, exists=True, file_okay=False,
-                                              help="Continue an interrupted run from its directory."),
+                                              help="Continue an interrupted or failed run from its directory."),
         runs_dir: Optional[Path] = typer.Option(None, "--runs-dir", help="Parent of the run directory (default: run.dir)."),
         steps: Optional[int] = typer.Option(None, min=1, help="Trainer steps of a single-stage run (overrides run.steps)."),
         live: Optional[bool] = typer.Option(None, help="Live view (default: run.live when on a terminal).")) -> None:
@@ -61,7 +61,7 @@ def run(config: Optional[Path] = typer.Argument(None, exists=True, dir_okay=Fals
             console.print(f"stage [bold]{o.name}[/bold]: [{colour}]{o.status}[/{colour}] in {o.seconds:.0f}s"
                           + (f"\n{o.message}" if o.message else ""))
         _summary(run_dir)
-        if runner.state.status == "interrupted":
+        if runner.state.status in ("interrupted", "failed"):
             console.print(f"resume with: undertow run --resume {run_dir}", soft_wrap=True, highlight=False)
         if runner.state.status != "done":
             raise typer.Exit(1 if runner.state.status == "failed" else 130)
