@@ -12,7 +12,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from schemas import Experience, ModelSpec  # noqa: E402
+from kernel.models import ModelSpec  # noqa: E402
+from schemas import Experience  # noqa: E402
 from trainer.config import AlgorithmConfig, EngineConfig  # noqa: E402
 from trainer.engine import build_engine, setup_process  # noqa: E402
 from trainer.objectives import objectives  # noqa: E402

@@ -23,9 +23,9 @@ sys.path.insert(0, str(ROOT))
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 
 from infra.broker import LocalKafka, free_port_block  # noqa: E402
+from kernel.config_io import load_config  # noqa: E402
+from kernel.models import build_model, weights_to_bytes  # noqa: E402
 from schemas import WeightUpdate, assemble_weights, decode  # noqa: E402
-from schemas.config_io import load_config  # noqa: E402
-from schemas.model import build_model, weights_to_bytes  # noqa: E402
 from streams import KafkaSettings, RecordProducer, Topics, create_topics  # noqa: E402
 from streams.topics import MAX_MESSAGE_BYTES  # noqa: E402
 from trainer.config import TrainRunConfig  # noqa: E402

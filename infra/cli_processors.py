@@ -15,7 +15,7 @@ from infra.cli_common import console, user_errors
 from infra.config import ConfigError, load_cluster_config, load_config, resolve_kafka
 from processors.config import ProcessorsConfig
 from processors.pipeline import Pipeline
-from schemas import ModelSpec
+from kernel.models import ModelSpec
 
 
 class ProcessorsSections(BaseModel):

@@ -8,7 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from infra.broker import LocalKafka
-from schemas.config_io import ConfigError, load_config, load_yaml, validation_message  # noqa: F401 (re-exported)
+from kernel.config_io import ConfigError, load_config, load_yaml, validation_message  # noqa: F401 (re-exported)
 from streams import NAMESPACE_PATTERN, KafkaSettings
 
 

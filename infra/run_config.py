@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from infra.config import ConfigError, load_yaml, validation_message
 from processors.config import ProcessorsConfig
 from rollout.config import FeederConfig, RolloutConfig
-from schemas import ModelSpec
+from kernel.models import ModelSpec
 from streams import NAMESPACE_PATTERN, KafkaSettings
 from streams.archive import ArchiveConfig
 from trainer.config import TrainerConfig

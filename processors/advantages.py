@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from schemas.registry import Registry
+from kernel.registry import Registry
 
 ADVANTAGES: Registry = Registry("advantage estimator")
 

@@ -18,8 +18,8 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from kernel.registry import Component, Registry
 from schemas import Experience
-from schemas.registry import Component, Registry
 
 PROCESSORS: Registry[Any] = Registry("processor")
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Mapping
 
+from kernel.registry import Registry
 from schemas import Experience
-from schemas.registry import Registry
 from processors.api import Reject, processor
 
 REWARDS: Registry[Callable[..., dict[str, float]]] = Registry("stream reward")

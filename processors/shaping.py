@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from schemas.registry import Registry
+from kernel.registry import Registry
 
 SHAPERS: Registry = Registry("reward shaping")
 

@@ -7,9 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from schemas import ModelSpec
-from schemas.config_io import ConfigError, load_config
-from schemas.registry import checked_entry
+from kernel.models import ModelSpec
+from kernel.config_io import ConfigError, load_config
+from kernel.registry import checked_entry
 from streams import NAMESPACE_PATTERN, KafkaSettings
 
 from rollout.engines import engines

@@ -1,11 +1,11 @@
-"""undertow's data contracts: the records on every topic, their wire codec and Arrow schema."""
+"""undertow's data contracts: the records on every topic, their wire codec and Arrow schema, and the
+log-prob definition (logprobs.py). The registry, config loading and model builders are kernel/'s."""
 
 from .arrow import arrow_schema, from_arrow, to_arrow
 from .base import MAX_TEXT_CHARS, MAX_TOKENS, SCHEMA_VERSION, Packed, Record, record_type, record_types
 from .codec import MAX_RECORD_BYTES, DecodeError, decode, encode
 from .events import MAX_ORIGINAL_BYTES, MetricEvent, Rejected
 from .experience import Experience, PreferencePair
-from .model import ModelSpec, TinyModel
 from .task import Task, TaskStat
 from .weights import (
     WeightIntegrityError,
@@ -25,14 +25,12 @@ __all__ = [
     "DecodeError",
     "Experience",
     "MetricEvent",
-    "ModelSpec",
     "Packed",
     "PreferencePair",
     "Record",
     "Rejected",
     "Task",
     "TaskStat",
-    "TinyModel",
     "WeightIntegrityError",
     "WeightUpdate",
     "arrow_schema",

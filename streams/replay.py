@@ -19,8 +19,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from kernel.registry import Registry
 from schemas import Experience, PreferencePair, Record, from_arrow, record_type
-from schemas.registry import Registry
 from streams.history import VIEWS, History
 from streams.producer import RecordProducer
 

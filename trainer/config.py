@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from schemas import ModelSpec
-from schemas.registry import checked_entry
+from kernel.models import ModelSpec
+from kernel.registry import checked_entry
 from streams import NAMESPACE_PATTERN, KafkaSettings
 
 from .algorithms import aggregations, kl_estimators, policy_losses

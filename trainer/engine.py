@@ -15,8 +15,7 @@ from typing import Any
 
 import torch
 
-from schemas import ModelSpec
-from schemas.model import build_model, weights_to_bytes
+from kernel.models import ModelSpec, build_model, weights_to_bytes
 
 from .config import EngineConfig
 

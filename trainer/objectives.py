@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from kernel.registry import Registry
 from schemas import Experience, PreferencePair, Record
 from schemas.logprobs import sequence_logprobs
-from schemas.registry import Registry
 
 from .algorithms import PolicyInputs, aggregations, dpo_loss, entropy, kl_estimators, masked_mean, policy_losses
 from .algorithms.sft import sft_token_loss

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from schemas import MetricEvent, ModelSpec
-from schemas.model import build_tokenizer
+from kernel.models import ModelSpec, build_tokenizer
+from schemas import MetricEvent
 from streams import KafkaSettings, RecordProducer, Topics
 
 from .checkpoint import Ledger, PartitionOffset, TrainerState, load_checkpoint, save_checkpoint

@@ -7,8 +7,8 @@ from typing import Any, Literal, Mapping, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas import ModelSpec
-from schemas.registry import Registry
+from kernel.models import ModelSpec
+from kernel.registry import Registry
 
 
 class SamplingParams(BaseModel):

@@ -6,9 +6,8 @@ from typing import Literal
 
 import torch
 
-from schemas import ModelSpec
+from kernel.models import ModelSpec, build_model, build_tokenizer, load_weights
 from schemas.logprobs import sequence_logprobs
-from schemas.model import build_model, build_tokenizer, load_weights
 
 from rollout.engines.base import Sample, SamplingParams, engines
 

@@ -9,8 +9,7 @@ on them.
 
 from __future__ import annotations
 
-from schemas import ModelSpec
-from schemas.model import _local_dir, build_tokenizer
+from kernel.models import ModelSpec, build_tokenizer, local_dir
 
 from rollout.engines.base import Sample, SamplingParams, engines
 
@@ -27,7 +26,7 @@ class VLLMEngine:
         if spec.source == "tiny":
             raise ValueError("model.source: vllm cannot build the tiny model; use 'hf' or 'gguf'")
         self.tokenizer = build_tokenizer(spec)
-        self.llm = LLM(model=_local_dir(spec), dtype=spec.dtype, seed=seed,
+        self.llm = LLM(model=local_dir(spec), dtype=spec.dtype, seed=seed,
                        gpu_memory_utilization=gpu_memory_utilization)
 
     def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Sample]]:

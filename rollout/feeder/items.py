@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping
 
 from pydantic import JsonValue
 
-from schemas.registry import Registry
+from kernel.registry import Registry
 
 
 @dataclass

@@ -6,8 +6,8 @@ import functools
 import math
 from typing import Any, Callable, Mapping
 
+from kernel.registry import Registry
 from schemas import Task
-from schemas.registry import Registry
 
 RewardFn = Callable[[str, Task], dict[str, float]]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping
 
+from kernel.registry import Registry
 from schemas import Task
-from schemas.registry import Registry
 
 from rollout.engines.base import Engine, SamplingParams
 from rollout.rewards.registry import RewardFn

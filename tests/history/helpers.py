@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from schemas import Experience, MetricEvent, ModelSpec, Record
-from schemas.model import build_tokenizer
+from kernel.models import ModelSpec, build_tokenizer
+from schemas import Experience, MetricEvent, Record
 from streams import KafkaSettings, RecordProducer
 
 SPEC = ModelSpec()

@@ -6,9 +6,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from schemas import ModelSpec
+from kernel.models import CHARSET, ModelSpec, build_model, build_tokenizer, local_dir
 from schemas.logprobs import sequence_logprobs, token_logprobs
-from schemas.model import CHARSET, build_model, build_tokenizer
 
 
 def test_same_spec_same_initial_weights_other_seed_other_weights():
@@ -53,8 +52,20 @@ def test_hf_source_needs_a_path():
         ModelSpec(source="hf")
 
 
+def test_model_sources_are_a_registry_checked_at_load(tmp_path):
+    with pytest.raises(ValidationError, match=r"model source 'onnx': unknown; expected one of \['gguf', 'hf', 'tiny'\]"):
+        ModelSpec(source="onnx")
+    with pytest.raises(ValueError, match="built in memory"):
+        local_dir(ModelSpec())
+    assert local_dir(ModelSpec(source="hf", path=str(tmp_path))) == str(tmp_path)  # where vLLM loads from
+    build_model(ModelSpec(seed=3)).save_pretrained(tmp_path)
+    build_tokenizer(ModelSpec()).save_pretrained(tmp_path)
+    a, b = build_model(ModelSpec(seed=3)), build_model(ModelSpec(source="hf", path=str(tmp_path)))
+    assert type(a) is type(b) and all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
 def test_weights_bytes_round_trip_into_another_model():
-    from schemas.model import load_weights, weights_to_bytes
+    from kernel.models import load_weights, weights_to_bytes
 
     trained, fresh = build_model(ModelSpec(seed=3)), build_model(ModelSpec())
     load_weights(fresh, weights_to_bytes(trained))
@@ -63,8 +74,8 @@ def test_weights_bytes_round_trip_into_another_model():
 
 
 def test_weights_of_another_architecture_are_refused():
-    from schemas import TinyModel
-    from schemas.model import load_weights, weights_to_bytes
+    from kernel.models import TinyModel
+    from kernel.models import load_weights, weights_to_bytes
 
     big = build_model(ModelSpec(tiny=TinyModel(n_embd=32)))
     with pytest.raises(ValueError, match="shape"):

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.registry import Registry, RegistryError, checked_entry
+from kernel.registry import Registry, RegistryError, checked_entry
 
 
 def shout(text: str, *, times: int = 1) -> str:
@@ -14,7 +14,7 @@ def test_short_name_dotted_path_and_mapping_resolve():
     reg: Registry = Registry("reward")
     reg.register("shout")(shout)
     assert reg.resolve("shout").obj is shout
-    comp = reg.resolve({"name": "tests.schemas.test_registry.shout", "times": 2})
+    comp = reg.resolve({"name": "tests.kernel.test_registry.shout", "times": 2})
     assert comp.obj is shout and comp.kwargs == {"times": 2} and comp.obj("a", **comp.kwargs) == "AA"
 
 
@@ -30,7 +30,7 @@ def test_bad_dotted_path_and_bad_argument_are_named():
     with pytest.raises(RegistryError, match="cannot import"):
         reg.resolve("no_such_module.fn")
     with pytest.raises(RegistryError, match=r"unexpected argument\(s\) \['tmes'\]; it takes \['times'\]"):
-        reg.resolve({"name": "tests.schemas.test_registry.shout", "tmes": 2})
+        reg.resolve({"name": "tests.kernel.test_registry.shout", "tmes": 2})
 
 
 def test_a_name_cannot_be_taken_twice():

@@ -3,7 +3,7 @@
 import pytest
 
 from processors import Harness
-from schemas.registry import RegistryError
+from kernel.registry import RegistryError
 from tests.processors.helpers import exp, group
 
 P = "tests.processors.plugins"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from schemas import Experience, ModelSpec, Task, encode, decode
+from kernel.models import ModelSpec, build_model, weights_to_bytes
+from schemas import Experience, Task, encode, decode
 from schemas.logprobs import sequence_logprobs
-from schemas.model import build_model, weights_to_bytes
 from rollout.engines import SamplingParams, build_engine
 from rollout.experiences import to_experiences
 from rollout.rewards import build_reward

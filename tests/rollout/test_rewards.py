@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from kernel.registry import RegistryError
 from schemas import Task
-from schemas.registry import RegistryError
 from rollout.rewards import build_reward, total
 from rollout.rewards.countdown import EquationError, evaluate
 

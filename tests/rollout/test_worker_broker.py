@@ -7,8 +7,8 @@ import threading
 import pytest
 from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 
-from schemas import Experience, ModelSpec, Rejected, Task, chunk_weights
-from schemas.model import build_model, weights_to_bytes
+from kernel.models import ModelSpec, build_model, weights_to_bytes
+from schemas import Experience, Rejected, Task, chunk_weights
 from streams import RecordProducer, Topics
 from rollout.config import RolloutRunConfig, load_run_config, rollout_group
 from rollout.worker import RolloutWorker

@@ -13,7 +13,7 @@ import yaml
 
 from infra.cli_processors import load_processors_config
 from infra.cli_trainer import load_train_config
-from schemas.config_io import ConfigError
+from kernel.config_io import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,14 +10,14 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SCANNED = ("schemas", "streams", "processors", "rollout", "trainer", "infra", "benchmarks")
+SCANNED = ("kernel", "schemas", "streams", "processors", "rollout", "trainer", "infra", "benchmarks")
 PICKLERS = {"pickle", "_pickle", "cPickle", "cloudpickle", "dill", "shelve", "joblib"}
 SAFE_YAML_LOADERS = {"SafeLoader", "CSafeLoader", "BaseLoader", "CBaseLoader"}
 DYNAMIC_IMPORTS = {"importlib.import_module", "__import__", "importlib.__import__", "runpy.run_path",
                    "runpy.run_module", "importlib.util.spec_from_file_location"}
 # The only places that import code by name, each from one config field (see test_plugin_loading.py).
 PLUGIN_LOADERS = {
-    ("schemas/registry.py", "importlib.import_module"),      # Registry.get: a component's dotted path
+    ("kernel/registry.py", "importlib.import_module"),      # Registry.get: a component's dotted path
     ("processors/prioritize.py", "importlib.import_module"),  # prioritize.formula: a dotted path
 }
 

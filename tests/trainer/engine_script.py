@@ -10,7 +10,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from schemas.model import weights_to_bytes
+from kernel.models import weights_to_bytes
 from trainer.config import AlgorithmConfig, EngineConfig
 from trainer.engine import build_engine, gathered_weights, setup_process
 from trainer.objectives import objectives

@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 import yaml
 
-from schemas import Experience, ModelSpec, Record
+from kernel.models import ModelSpec, build_model, build_tokenizer
+from schemas import Experience, Record
 from schemas.logprobs import sequence_logprobs
-from schemas.model import build_model, build_tokenizer
 from streams import KafkaSettings, RecordProducer
 from tests.read_topic import read_all  # noqa: F401 — the trainer tests import it from here
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from schemas.model import build_model, load_weights
+from kernel.models import build_model, load_weights
 
 from .helpers import PYTHON, SPEC, trainer_env
 

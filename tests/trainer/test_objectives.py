@@ -6,9 +6,9 @@ import pytest
 import torch
 from pydantic import ValidationError
 
+from kernel.models import build_model
 from schemas import PreferencePair
 from schemas.logprobs import sequence_logprobs
-from schemas.model import build_model
 from trainer.batch import pack_sequences
 from trainer.config import AlgorithmConfig, TrainRunConfig
 from trainer.objectives import objectives

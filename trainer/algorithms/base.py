@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from schemas.registry import Registry
+from kernel.registry import Registry
 
 policy_losses: Registry = Registry("policy loss")
 aggregations: Registry = Registry("aggregation")
