@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from infra.config import ConfigError, load_yaml, validation_message
 from processors.config import ProcessorsConfig
+from processors.pipeline import Pipeline
 from rollout.config import FeederConfig, RolloutConfig
 from kernel.models import ModelSpec
 from streams import NAMESPACE_PATTERN, KafkaSettings
@@ -94,11 +95,34 @@ class RunConfig(BaseModel):
     run: RunSection = Field(default_factory=RunSection, description="supervision")
 
     @model_validator(mode="after")
-    def _staleness_agrees(self) -> "RunConfig":
-        worker, trainer = self.rollout.max_staleness, self.trainer.batching.max_staleness
-        if self.trainer.algorithm.objective == "rl" and worker > trainer:
-            raise ValueError(f"rollout.max_staleness ({worker}) must be <= trainer.batching.max_staleness "
-                             f"({trainer}): workers would generate what the trainer rejects as stale")
+    def _sections_agree(self) -> "RunConfig":
+        """The rules between sections, in one place: each names both fields and why."""
+        rollout, trainer = self.rollout, self.trainer
+        problems = []
+        if trainer.algorithm.objective == "rl":
+            worker, stale = rollout.max_staleness, trainer.batching.max_staleness
+            if worker > stale:
+                problems.append(f"rollout.max_staleness ({worker}) must be <= trainer.batching.max_staleness "
+                                f"({stale}): workers would generate what the trainer rejects as stale")
+            if trainer.sync_every - 1 > stale:
+                problems.append(f"trainer.sync_every ({trainer.sync_every}) needs trainer.batching.max_staleness >= "
+                                f"{trainer.sync_every - 1} (it is {stale}): between two published versions every "
+                                f"new experience would be too stale to train on, and the run would wait for ever")
+            sampled, assumed = rollout.sampling.temperature, trainer.algorithm.temperature
+            if sampled != assumed:
+                problems.append(f"rollout.sampling.temperature ({sampled}) must equal trainer.algorithm.temperature "
+                                f"({assumed}): the trainer recomputes log-probs at its temperature, so every "
+                                f"importance ratio would be skewed")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @model_validator(mode="after")
+    def _pipeline_builds(self) -> "RunConfig":
+        try:  # unknown names and wrong arguments fail here, before a broker or a process starts
+            Pipeline.from_config(self.processors.pipeline)
+        except (ValueError, TypeError, RuntimeError) as e:
+            raise ValueError(f"processors.pipeline: {e}") from None
         return self
 
 

@@ -42,6 +42,14 @@ CASES = [
     ("run", {"rollout": {"max_staleness": 3}, "trainer": {"batching": {"max_staleness": 1}}},  # contradictory
      ["rollout.max_staleness (3) must be <= trainer.batching.max_staleness (1)"]),
     ("run", {"namespace": "bad ns!"}, ["namespace", "should match pattern"]),
+    ("run", {"rollout": {"sampling": {"temperature": 0.7}}},  # contradictory: skews every importance ratio
+     ["rollout.sampling.temperature (0.7) must equal trainer.algorithm.temperature (1.0)"]),
+    ("run", {"rollout": {"max_staleness": 0}, "trainer": {"sync_every": 4, "batching": {"max_staleness": 0}}},
+     ["trainer.sync_every (4) needs trainer.batching.max_staleness >= 3 (it is 0)", "wait for ever"]),  # deadlock
+    ("run", {"processors": {"pipeline": ["clean", {"name": "reshape", "advantage": "grpoo"}]}},
+     ["processors.pipeline", "advantage estimator 'grpoo': unknown"]),
+    ("run", {"run": {"stages": [{"name": "rl", "steps": 2, "processors": {"pipeline": ["clen"]}}]}},
+     ["run.stages.0 (rl)", "processors.pipeline", "processor 'clen': unknown"]),
     ("process", {"processors": {"pipeline": [{"name": "clean", "min_response_tokens": 9,  # contradictory
                                               "max_response_tokens": 4}]}},
      ["processors.pipeline", "min_response_tokens 9 > max_response_tokens 4"]),
