@@ -28,8 +28,7 @@ def rollout(config: Path = ConfigArg,
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     with user_errors():
         kafka, _ = cluster(config, bootstrap, None)
-        done = run(config, workers=workers, max_tasks=max_tasks, idle_timeout=idle_timeout,
-                   bootstrap=kafka.bootstrap_servers)
+        done = run(config, kafka, workers=workers, max_tasks=max_tasks, idle_timeout=idle_timeout)
         console.print(f"rollout: {done} task(s) done")
 
 
@@ -42,5 +41,5 @@ def feed(config: Path = ConfigArg,
 
     with user_errors():
         kafka, _ = cluster(config, bootstrap, None)
-        published = run_feed(config, max_tasks=max_tasks, bootstrap=kafka.bootstrap_servers)
+        published = run_feed(config, kafka, max_tasks=max_tasks)
         console.print(f"feed: {published} task(s) published")

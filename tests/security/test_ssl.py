@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
+import yaml
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
@@ -20,6 +25,7 @@ from streams import (KafkaSettings, KafkaUnreachable, RecordConsumer, RecordProd
 from tests.security.helpers import client_certificate, through_worker_to_feed
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -157,3 +163,26 @@ def test_a_broker_that_requires_client_certificates_admits_every_client_that_hol
     finally:
         local.stop()
 
+
+
+def test_feed_and_rollout_with_no_kafka_section_reach_the_local_tls_broker(broker, tmp_path, monkeypatch):
+    """Issue 15: `undertow feed|rollout` re-read the config's (absent) `kafka:` section and spoke
+    PLAINTEXT to a `broker up --tls` broker, while trainer and processors got its TLS."""
+    monkeypatch.delenv("UNDERTOW_BOOTSTRAP", raising=False)
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "broker").symlink_to(broker.data_dir)  # the local broker `undertow broker up` leaves
+    ns = f"tls-cli-{uuid.uuid4().hex[:6]}"
+    create_topics(tls(broker), ns)
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({
+        "namespace": ns,
+        "feeder": {"tasksets": [{"name": "sums", "source": {"name": "sums", "size": 2}}], "epochs": 1, "group_size": 2},
+        "rollout": {"engine": {"name": "transformers", "batch_size": 4}, "sampling": {"max_new_tokens": 2},
+                    "reward": "numeric_match", "chat_template": False}}))
+    env = {**os.environ, "UNDERTOW_HOME": str(tmp_path / "home"), "OMP_NUM_THREADS": "1"}
+    env.pop("UNDERTOW_BOOTSTRAP", None)
+    for command in (["feed", str(config)], ["rollout", str(config), "--max-tasks", "2"]):
+        out = subprocess.run([sys.executable, "-m", "infra.cli", *command], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=180)
+        assert out.returncode == 0, (command, out.stdout[-2000:], out.stderr[-2000:])
+    assert record_counts(tls(broker), [Topics(ns).tasks, Topics(ns).raw]) == {Topics(ns).tasks: 2, Topics(ns).raw: 4}
