@@ -98,3 +98,20 @@ class RecordConsumer(Generic[R]):
         self._producer.reject(self.rejected_topic, stage=self.stage, reason=error.reason, detail=error.detail,
                               original=m.value or b"", key=m.key, source_topic=m.topic, partition=m.partition,
                               offset=m.offset, record_id=error.record_id)
+
+
+def read_to_end(settings: KafkaSettings, topic: str) -> Iterator[bytes | None]:
+    """The value of every message on `topic` from its beginning to its end offsets of now, partition
+    by partition in offset order: a topic read whole once (audits, tests, a resuming feeder)."""
+    consumer = connect(KafkaConsumer, settings, enable_auto_commit=False, fetch_max_bytes=64 << 20,
+                       max_partition_fetch_bytes=32 << 20)
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        ends = consumer.end_offsets(parts)
+        while any(consumer.position(tp) < ends[tp] for tp in parts):
+            for tp, messages in consumer.poll(timeout_ms=500).items():
+                yield from (m.value for m in messages if m.offset < ends[tp])
+    finally:
+        consumer.close()
