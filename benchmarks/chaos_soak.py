@@ -102,6 +102,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--before-steps", type=int, default=10, help="RL steps before the chaos starts ('before' reward)")
     p.add_argument("--settle-s", type=float, default=40.0, help="wait after the chaos before stopping the feeder")
     p.add_argument("--drain-timeout-s", type=float, default=600.0, help="longest wait for the run to end")
+    p.add_argument("--restart-max", type=int, default=10,
+                   help="run.restarts.max of the run (600 s window). A kill every 30 s among 4 components is "
+                        "5 per component per 10 minutes on average, the default policy's limit: a soak that "
+                        "keeps the default fails by chance (once: the trainer's 6th kill in 290 s)")
+    p.add_argument("--default-policy", action="store_true", help="keep the default run.restarts instead")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", help="where the cluster and the run go (default: a new temporary directory)")
     p.add_argument("--json", help="also write the figures to this file")
@@ -116,6 +121,8 @@ def run_config(args: argparse.Namespace) -> dict:
     assert rl["name"] == STAGE
     rl.update(steps=1_000_000, feeder={"epochs": 1})  # it ends when the feeder is stopped and all is trained
     cfg["run"].update(name="soak", idle_timeout_s=25)
+    if not args.default_policy:
+        cfg["run"]["restarts"] = {"max": args.restart_max}
     cfg["trainer"]["checkpoint_every"] = 10  # a killed trainer resumes from a checkpoint 0-9 steps back
     # Partial groups (a sample lost to a kill) are released within 10 + 10 s (as in tests/faults/).
     cfg["processors"]["group_timeout_s"] = 10

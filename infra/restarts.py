@@ -25,9 +25,13 @@ def describe_exit(code: int) -> str:
     return f"exit code {code}"
 
 
+SUPERVISOR_MARK = "=== undertow:"  # the supervisor's own lines in a child's log (infra/supervisor.py)
+
+
 def last_line(text: str) -> str:
-    """The last non-blank line of a log tail, shortened: what the component said before it died."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    """The last non-blank line of a log tail the component wrote itself, shortened: what it said
+    before it died (a child killed before it printed anything leaves only the supervisor's marks)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith(SUPERVISOR_MARK)]
     return lines[-1][:LOG_LINE_CHARS] if lines else ""
 
 

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_five_kills_of_the_processors_in_a_few_minutes_lose_nothing(tmp_path):
     figures = tmp_path / "soak.json"
     cmd = [sys.executable, "benchmarks/chaos_soak.py", "--minutes", "3", "--components", "processors",
-           "--kills", "5", "--kill-every-s", "20", "30", "--broker-every-s", "0", "--workdir", str(tmp_path / "w"),
+           "--kills", "5", "--kill-every-s", "20", "30", "--broker-every-s", "0", "--default-policy", "--workdir", str(tmp_path / "w"),
            "--json", str(figures)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1400)
     print(proc.stdout[-3000:])

@@ -42,6 +42,7 @@ def test_a_crash_names_its_cause_and_the_last_log_line():
     assert crash.cause == "signal SIGKILL" and crash.log_line == "ValueError: bad"
     assert describe_exit(75) == "exit code 75" and describe_exit(-15) == "signal SIGTERM"
     assert len(last_line("x" * 1000)) == 200
+    assert last_line("loading\n\n=== undertow: trainer exited with code -9; restart 1 in 1 s ===\n") == "loading"
 
 
 def test_the_policy_is_typed_and_an_int_is_short_for_its_max():
