@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from kafka import KafkaConsumer, TopicPartition
-
 from schemas import DecodeError, Experience, Record, Rejected, Task, decode
-from streams import KafkaSettings, Topics, connect
+from streams import KafkaSettings, Topics
+from streams.consumer import read_to_end
 
 
 @dataclass
@@ -82,26 +81,10 @@ def audit(kafka: KafkaSettings, namespace: str, ledger: Path) -> Books:
 
 
 def read_topic(kafka: KafkaSettings, topic: str) -> Iterator[Record | None]:
-    """Every record on `topic` from its beginning to its end offsets of now; None for one that does
-    not decode (poison on the raw topic must not stop the count)."""
-    consumer = connect(KafkaConsumer, kafka, enable_auto_commit=False, fetch_max_bytes=64 << 20,
-                       max_partition_fetch_bytes=32 << 20)
-    try:
-        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-        consumer.assign(parts)
-        consumer.seek_to_beginning(*parts)
-        ends = consumer.end_offsets(parts)
-        while any(consumer.position(tp) < ends[tp] for tp in parts):
-            for tp, messages in consumer.poll(timeout_ms=500).items():
-                for message in messages:
-                    if message.offset < ends[tp]:
-                        yield _decoded(message.value)
-    finally:
-        consumer.close()
-
-
-def _decoded(value: bytes | None) -> Record | None:
-    try:
-        return decode(value or b"")
-    except DecodeError:
-        return None
+    """Every record on `topic` now, decoded; None for one that does not decode (poison on the raw
+    topic must not stop the count)."""
+    for value in read_to_end(kafka, topic):
+        try:
+            yield decode(value or b"")
+        except DecodeError:
+            yield None

@@ -19,6 +19,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from schemas import DecodeError, Task, TaskStat, decode
 from streams import KafkaSettings, RecordConsumer, RecordProducer, Topics, connect
+from streams.consumer import read_to_end
 
 from rollout.config import FeedRunConfig, FeederConfig, rollout_group
 from rollout.feeder import TaskSampler, load_items
@@ -132,23 +133,9 @@ class TopicScan:
 
     def tasks(self, settings: KafkaSettings, topic: str) -> Iterator[Task]:
         """Every record on `topic` that decodes as a Task; the others are counted and passed over."""
-        consumer = connect(KafkaConsumer, settings, enable_auto_commit=False)
-        try:
-            parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-            consumer.assign(parts)
-            consumer.seek_to_beginning(*parts)
-            ends = consumer.end_offsets(parts)
-            while any(consumer.position(tp) < ends[tp] for tp in parts):
-                for tp, messages in consumer.poll(timeout_ms=500).items():
-                    for message in messages:
-                        if message.offset < ends[tp]:
-                            yield from self._decoded(message.value)
-        finally:
-            consumer.close()
-
-    def _decoded(self, value: bytes | None) -> Iterator[Task]:
-        self.records += 1
-        try:
-            yield decode(value or b"", expect=Task)
-        except DecodeError:
-            self.undecodable += 1
+        for value in read_to_end(settings, topic):
+            self.records += 1
+            try:
+                yield decode(value or b"", expect=Task)
+            except DecodeError:
+                self.undecodable += 1

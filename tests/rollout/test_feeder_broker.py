@@ -11,6 +11,7 @@ from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 
 from schemas import DecodeError, Task, TaskStat, decode, encode
 from streams import RecordProducer, Topics
+from streams.consumer import read_to_end
 from rollout.config import FeedRunConfig, load_run_config, rollout_group
 from rollout.feed_runner import Feeder
 from rollout.feeder.sampler import draw_index
@@ -82,19 +83,12 @@ def put_foreign_records(kafka, topic: str) -> None:
 
 def read_all_tasks(kafka, topic: str) -> list[Task]:
     """The records of `topic` that decode as tasks (the junk is skipped)."""
-    consumer = KafkaConsumer(**kafka.kafka_python(), enable_auto_commit=False)
-    parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
-    consumer.assign(parts)
-    consumer.seek_to_beginning(*parts)
-    ends, out = consumer.end_offsets(parts), []
-    while any(consumer.position(tp) < ends[tp] for tp in parts):
-        for messages in consumer.poll(timeout_ms=500).values():
-            for m in messages:
-                try:
-                    out.append(decode(m.value, expect=Task))
-                except DecodeError:
-                    pass
-    consumer.close()
+    out = []
+    for value in read_to_end(kafka, topic):
+        try:
+            out.append(decode(value, expect=Task))
+        except DecodeError:
+            pass
     return out
 
 
