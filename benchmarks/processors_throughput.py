@@ -262,6 +262,15 @@ def latency(kafka: KafkaSettings, topics: Topics, start_group: int, rate: float,
     return {"rate": rate, "worker": summary(waits[topics.ready]), "no_worker": summary(waits[topics.raw])}
 
 
+def shut_down(worker: subprocess.Popen | None, broker: LocalKafka | None) -> None:
+    """Stop the worker (SIGTERM: it commits and leaves its group) and the benchmark's own broker."""
+    if worker is not None:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(60)
+    if broker:
+        broker.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000, help="records for the throughput/RSS run")
@@ -307,11 +316,7 @@ def main() -> None:
         print(f"publish -> ready at {lat['rate']:.0f}/s: p50 {lat['worker']['p50_ms']} ms, p99 {lat['worker']['p99_ms']} ms "
               f"(broker alone: p50 {lat['no_worker']['p50_ms']} ms, p99 {lat['no_worker']['p99_ms']} ms)", flush=True)
     finally:
-        if worker is not None:
-            worker.send_signal(signal.SIGTERM)
-            worker.wait(60)
-        if broker:
-            broker.stop()
+        shut_down(worker, broker)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from benchmarks.processors_throughput import GROUP, publish, reference, worker_run  # noqa: E402
+from benchmarks.processors_throughput import GROUP, publish, reference, shut_down, worker_run  # noqa: E402
 from infra.broker import LocalKafka, free_port_block  # noqa: E402
 from streams import KafkaSettings, RecordProducer, Topics, create_topics  # noqa: E402
 from streams.archive import ArchiveConfig, Archiver  # noqa: E402
@@ -80,11 +79,7 @@ def main() -> None:
               f"({w['per_s']} vs {ref['per_s']} records/s); resyncs {w['resyncs']}, restarts 0 "
               f"(the worker ran as one process to the end)", flush=True)
     finally:
-        if worker is not None:
-            worker.send_signal(signal.SIGTERM)
-            worker.wait(60)
-        if broker:
-            broker.stop()
+        shut_down(worker, broker)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,10 @@
 """data-juicer text ops applied to responses: filters drop, mappers rewrite."""
 
+import data_juicer.ops  # noqa: F401  CI installs it (infra/requirements-nodeps.txt): missing fails, not skips
 import pytest
 
 from processors import Harness
 from tests.processors.helpers import exp
-
-pytest.importorskip("data_juicer.ops", reason="py-data-juicer is an optional extra")
 
 
 def test_filters_drop_and_mappers_rewrite():
