@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from infra.cli_broker import broker_app
+from infra.cli_config import config_app
 from infra.cli_history import archive, query, replay
 from infra.cli_processors import process
 from infra.cli_rollout import rollout_cli
@@ -31,6 +32,7 @@ app.command("query")(query)
 app.command("replay")(replay)
 app.add_typer(broker_app, name="broker")
 app.add_typer(topics_app, name="topics")
+app.add_typer(config_app, name="config")
 
 
 def main() -> None:

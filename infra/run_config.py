@@ -135,10 +135,15 @@ def load_run_config(path: str | Path) -> tuple[RunConfig, dict[str, Any]]:
         raise ConfigError(validation_message(str(path), e)) from None
     for index, stage in enumerate(config.run.stages):
         try:
-            RunConfig.model_validate(stage_mapping(raw, stage))
+            stage_config(raw, stage)
         except ValidationError as e:
             raise ConfigError(validation_message(f"{path}: run.stages.{index} ({stage.name})", e)) from None
     return config, raw
+
+
+def stage_config(raw: dict[str, Any], stage: Stage | None) -> RunConfig:
+    """One stage's effective config: the run's sections with the stage's overrides, validated."""
+    return RunConfig.model_validate(stage_mapping(raw, stage))
 
 
 def stage_mapping(raw: dict[str, Any], stage: Stage | None) -> dict[str, Any]:
