@@ -15,10 +15,8 @@ import threading
 from dataclasses import dataclass
 from typing import Iterator
 
-from kafka import KafkaConsumer, TopicPartition
-
 from schemas import DecodeError, Task, TaskStat, decode
-from streams import KafkaSettings, RecordConsumer, RecordProducer, Topics, connect
+from streams import GroupLag, KafkaSettings, RecordConsumer, RecordProducer, Topics
 from streams.consumer import read_to_end
 
 from rollout.config import FeedRunConfig, FeederConfig, rollout_group
@@ -34,27 +32,6 @@ def build_sampler(cfg: FeederConfig) -> TaskSampler:
     d = cfg.difficulty
     return TaskSampler(tasksets, seed=cfg.seed, epochs=cfg.epochs, shuffle=cfg.shuffle,
                        difficulty=Difficulty(enabled=d.enabled, min_attempts=d.min_attempts, floor=d.floor))
-
-
-class GroupLag:
-    """Tasks on the topic that the consumer group has not committed past."""
-
-    def __init__(self, settings: KafkaSettings, topic: str, group: str):
-        self.topic, self.group = topic, group
-        # A group member that never subscribes: it reads the group's commits, it does not join.
-        self.consumer = connect(KafkaConsumer, settings, group_id=group, enable_auto_commit=False)
-        self.parts = [TopicPartition(topic, p) for p in sorted(self.consumer.partitions_for_topic(topic) or ())]
-        if not self.parts:
-            raise ValueError(f"topic {topic} does not exist: run `undertow topics create`")
-
-    def __call__(self) -> int:
-        ends = self.consumer.end_offsets(self.parts)
-        starts = self.consumer.beginning_offsets(self.parts)
-        done = {tp: self.consumer.committed(tp) for tp in self.parts}  # None: nothing committed yet
-        return sum(ends[tp] - max(done[tp] or 0, starts[tp]) for tp in self.parts)
-
-    def close(self) -> None:
-        self.consumer.close()
 
 
 @dataclass
@@ -76,8 +53,7 @@ class Feeder:
         self.task_stats: RecordConsumer[TaskStat] = RecordConsumer(
             settings, [], group_id=None, expect=TaskStat, rejected_topic=self.topics.rejected,
             producer=self.producer, stage="feeder")
-        parts = self.task_stats.kafka.partitions_for_topic(self.topics.task_stats) or {0}
-        self.task_stats.kafka.assign([TopicPartition(self.topics.task_stats, p) for p in sorted(parts)])
+        self.task_stats.assign(self.topics.task_stats, "earliest")
         self.stats = FeedStats()
 
     def run(self, *, max_tasks: int | None = None, stop: threading.Event | None = None) -> FeedStats:

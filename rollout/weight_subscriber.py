@@ -9,8 +9,6 @@ from __future__ import annotations
 import logging
 import threading
 
-from kafka import TopicPartition
-
 from schemas import WeightIntegrityError, WeightUpdate
 from streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
 
@@ -29,10 +27,8 @@ class WeightSubscriber(threading.Thread):
         self.consumer: RecordConsumer[WeightUpdate] = RecordConsumer(
             settings, [], group_id=None, expect=WeightUpdate, rejected_topic=topics.rejected,
             producer=producer, stage="weights")
-        parts = self.consumer.kafka.partitions_for_topic(topics.weights) or {0}
-        assigned = [TopicPartition(topics.weights, p) for p in sorted(parts)]
-        self.consumer.kafka.assign(assigned)
-        self._end = self.consumer.kafka.end_offsets(assigned)  # what was published before we started
+        self.consumer.assign(topics.weights, "earliest")
+        self._end = self.consumer.end_offsets()  # what was published before we started
         self.caught_up = threading.Event()
         self._lock = threading.Lock()
         self._ready: Assembled | None = None
@@ -45,8 +41,7 @@ class WeightSubscriber(threading.Thread):
             while not self._halt.is_set():
                 for delivery in self.consumer.poll(timeout_ms=200):
                     self._handle(delivery.record)
-                if not self.caught_up.is_set() and all(
-                        self.consumer.kafka.position(tp) >= end for tp, end in self._end.items()):
+                if not self.caught_up.is_set() and self.consumer.reached(self._end):
                     self.caught_up.set()
         finally:
             self.consumer.close()

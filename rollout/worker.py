@@ -11,8 +11,6 @@ import threading
 import time
 from dataclasses import dataclass
 
-from kafka import TopicPartition
-
 from schemas import MAX_RECORD_BYTES, Experience, MetricEvent, Task, encode
 from streams import Delivery, KafkaSettings, RecordConsumer, RecordProducer, Topics
 
@@ -121,13 +119,7 @@ class RolloutWorker:
         if reason is None:
             return False
         self.stats.waits += 1
-        kafka = self.consumer.kafka
-        assigned = kafka.assignment()
-        kafka.pause(*assigned)
-        try:
-            kafka.poll(timeout_ms=int(self.wait_seconds * 1000))
-        finally:
-            kafka.resume(*assigned)
+        self.consumer.idle(self.wait_seconds)
         return True
 
     def _process(self, delivery: Delivery[Task]) -> None:
@@ -147,7 +139,7 @@ class RolloutWorker:
             if sent:
                 self._account(sent, time.time() - started)
         # commit() flushes the producer first: the experiences are acknowledged before the offset moves.
-        self.consumer.commit({TopicPartition(delivery.topic, delivery.partition): delivery.offset + 1})
+        self.consumer.commit({(delivery.topic, delivery.partition): delivery.offset + 1})
         self.stats.tasks += 1
 
     def _publish(self, exp: Experience) -> bool:

@@ -1,13 +1,13 @@
 """Kafka plumbing: settings, the topic catalog, admin, record producer/consumer, Faust apps."""
 
-from streams.admin import TopicInfo, create_topics, describe_topics, list_topics, record_counts
+from streams.admin import TopicInfo, TopicNotFound, create_topics, describe_topics, list_topics, record_counts
 from streams.connect import KafkaUnreachable, connect
-from streams.consumer import Delivery, RecordConsumer
+from streams.consumer import Delivery, GroupLag, RecordConsumer
 from streams.producer import DeliveryError, RecordProducer
 from streams.settings import BOOTSTRAP_ENV, KafkaSettings
 from streams.topics import CATALOG, NAMESPACE_PATTERN, TopicSpec, Topics
 
 __all__ = [
-    "BOOTSTRAP_ENV", "CATALOG", "Delivery", "DeliveryError", "KafkaSettings", "KafkaUnreachable", "NAMESPACE_PATTERN",
-    "RecordConsumer", "RecordProducer", "TopicInfo", "TopicSpec", "Topics", "connect", "create_topics", "describe_topics", "list_topics", "record_counts",
+    "BOOTSTRAP_ENV", "CATALOG", "Delivery", "DeliveryError", "GroupLag", "KafkaSettings", "KafkaUnreachable", "NAMESPACE_PATTERN",
+    "RecordConsumer", "RecordProducer", "TopicInfo", "TopicNotFound", "TopicSpec", "Topics", "connect", "create_topics", "describe_topics", "list_topics", "record_counts",
 ]

@@ -44,16 +44,30 @@ def cluster_size(settings: KafkaSettings) -> int:
         return len(admin.describe_cluster()["brokers"])
 
 
+class TopicNotFound(RuntimeError):
+    """A topic that a component reads does not exist; the message says how to make it."""
+
+    def __init__(self, topic: str):
+        super().__init__(f"topic {topic} does not exist: run `undertow topics create` first")
+        self.topic = topic
+
+
+def topic_partitions(consumer: KafkaConsumer, topic: str) -> list[TopicPartition]:
+    """Every partition of `topic`, in order. A missing topic raises TopicNotFound: reading a guessed
+    partition 0 instead would wait for ever on a topic nobody writes."""
+    parts = consumer.partitions_for_topic(topic)  # asks the cluster when its metadata cache has no such topic
+    if not parts:
+        raise TopicNotFound(topic)
+    return [TopicPartition(topic, p) for p in sorted(parts)]
+
+
 def partition_count(settings: KafkaSettings, topic: str) -> int:
-    """How many partitions `topic` has; a missing topic is an error that says how to make it."""
+    """How many partitions `topic` has; a missing topic raises TopicNotFound."""
     consumer = connect(KafkaConsumer, settings)
     try:
-        parts = consumer.partitions_for_topic(topic)
+        return len(topic_partitions(consumer, topic))
     finally:
         consumer.close()
-    if not parts:
-        raise RuntimeError(f"topic {topic} does not exist: run `undertow topics create` first")
-    return len(parts)
 
 
 def create_topics(settings: KafkaSettings, namespace: str, replication_factor: int | None = None,

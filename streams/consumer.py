@@ -3,16 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generic, Iterator, TypeVar
+from typing import Any, Generic, Iterator, Literal, Mapping, TypeVar
 
 from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 
 from schemas import DecodeError, Record, decode
+from streams.admin import topic_partitions
 from streams.connect import connect
 from streams.producer import RecordProducer
 from streams.settings import KafkaSettings
 
 R = TypeVar("R", bound=Record)
+
+Partition = tuple[str, int]  # (topic, partition); kafka's TopicPartition is one too
+Offsets = dict[Partition, int]
+# Where `assign` starts each partition: its first record, its end (only what comes next), the
+# group's committed offset (else the first record), or explicit offsets (the others: committed).
+Start = Literal["earliest", "latest", "committed"] | Mapping[Partition, int]
 
 
 @dataclass
@@ -50,10 +57,42 @@ class RecordConsumer(Generic[R]):
         self.expect, self.rejected_topic, self.stage = expect, rejected_topic, stage
         self.rejected = 0
 
-    @property
-    def kafka(self) -> KafkaConsumer:
-        """The underlying kafka-python consumer (assign, seek, positions)."""
-        return self._consumer
+    def assign(self, topic: str, start: Start = "committed") -> Offsets:
+        """Read every partition of `topic` (and nothing else, no group rebalancing) from `start`;
+        returns the offset each partition starts at. A missing topic raises TopicNotFound."""
+        parts = topic_partitions(self._consumer, topic)
+        self._consumer.assign(parts)
+        offsets = self._start_offsets(parts, start)
+        for tp in parts:
+            self._consumer.seek(tp, offsets[(tp.topic, tp.partition)])
+        return offsets
+
+    def end_offsets(self) -> Offsets:
+        """The offset after the last record of each assigned partition, now."""
+        return _keyed(self._consumer.end_offsets(list(self._consumer.assignment())))
+
+    def reached(self, offsets: Offsets) -> bool:
+        """Whether this consumer has read up to `offsets` (e.g. the end offsets of when it started)."""
+        return all(self._consumer.position(TopicPartition(*p)) >= o for p, o in offsets.items())
+
+    def pause(self) -> None:
+        """Fetch nothing from the assigned partitions until `resume()`."""
+        self._consumer.pause(*self._consumer.assignment())
+
+    def resume(self) -> None:
+        self._consumer.resume(*self._consumer.assignment())
+
+    def idle(self, seconds: float) -> None:
+        """Take no record for `seconds` but stay a live member of the group (a consumer that stops
+        polling is taken for dead and its partitions move). A partition assigned meanwhile by a
+        rebalance is not paused: what it delivered is sought back to, so it is read again, not lost."""
+        self.pause()
+        try:
+            for tp, messages in self._consumer.poll(timeout_ms=int(seconds * 1000)).items():
+                if messages:
+                    self._consumer.seek(tp, messages[0].offset)
+        finally:
+            self.resume()
 
     def poll(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[Delivery[R]]:
         """Fetch, decode and validate; returns only good records, in partition order."""
@@ -74,13 +113,13 @@ class RecordConsumer(Generic[R]):
         while True:
             yield from self.poll()
 
-    def commit(self, offsets: dict[TopicPartition, int] | None = None) -> None:
-        """Commit `offsets` (next offset to read, per partition) or the current positions."""
+    def commit(self, offsets: Mapping[Partition, int] | None = None) -> None:
+        """Commit `offsets` (next offset to read, per (topic, partition)) or the current positions."""
         self._producer.flush()
         if offsets is None:
             self._consumer.commit()
         else:
-            self._consumer.commit({tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()})
+            self._consumer.commit({TopicPartition(*p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()})
 
     def close(self) -> None:
         self._consumer.close()
@@ -93,11 +132,47 @@ class RecordConsumer(Generic[R]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _start_offsets(self, parts: list[TopicPartition], start: Start) -> Offsets:
+        if isinstance(start, str) and start not in ("earliest", "latest", "committed"):
+            raise ValueError(f"start: expected earliest, latest, committed or offsets, got {start!r}")
+        if start == "latest":
+            return _keyed(self._consumer.end_offsets(parts))
+        first = _keyed(self._consumer.beginning_offsets(parts))
+        if start == "earliest":
+            return first
+        explicit = {} if isinstance(start, str) else start
+        return {p: explicit[p] if p in explicit else self._committed(p, otherwise=first[p]) for p in first}
+
+    def _committed(self, partition: Partition, *, otherwise: int) -> int:
+        """The group's committed offset, else `otherwise` (a consumer without a group commits nothing)."""
+        committed = self._consumer.committed(TopicPartition(*partition)) if self._consumer.config["group_id"] else None
+        return otherwise if committed is None else committed
+
     def _dead_letter(self, m: Any, error: DecodeError) -> None:
         self.rejected += 1
         self._producer.reject(self.rejected_topic, stage=self.stage, reason=error.reason, detail=error.detail,
                               original=m.value or b"", key=m.key, source_topic=m.topic, partition=m.partition,
                               offset=m.offset, record_id=error.record_id)
+
+
+
+class GroupLag:
+    """Records on a topic past a consumer group's committed offsets: what the group has yet to do."""
+
+    def __init__(self, settings: KafkaSettings, topic: str, group: str):
+        self.topic, self.group = topic, group
+        # A group member that never subscribes: it reads the group's commits, it does not join.
+        self._consumer = connect(KafkaConsumer, settings, group_id=group, enable_auto_commit=False)
+        self.parts = topic_partitions(self._consumer, topic)
+
+    def __call__(self) -> int:
+        ends = self._consumer.end_offsets(self.parts)
+        starts = self._consumer.beginning_offsets(self.parts)  # a committed offset may predate retention
+        done = {tp: self._consumer.committed(tp) for tp in self.parts}  # None: nothing committed yet
+        return sum(ends[tp] - max(done[tp] or 0, starts[tp]) for tp in self.parts)
+
+    def close(self) -> None:
+        self._consumer.close()
 
 
 def read_to_end(settings: KafkaSettings, topic: str) -> Iterator[bytes | None]:
@@ -106,7 +181,7 @@ def read_to_end(settings: KafkaSettings, topic: str) -> Iterator[bytes | None]:
     consumer = connect(KafkaConsumer, settings, enable_auto_commit=False, fetch_max_bytes=64 << 20,
                        max_partition_fetch_bytes=32 << 20)
     try:
-        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        parts = topic_partitions(consumer, topic)
         consumer.assign(parts)
         consumer.seek_to_beginning(*parts)
         ends = consumer.end_offsets(parts)
@@ -115,3 +190,7 @@ def read_to_end(settings: KafkaSettings, topic: str) -> Iterator[bytes | None]:
                 yield from (m.value for m in messages if m.offset < ends[tp])
     finally:
         consumer.close()
+
+
+def _keyed(offsets: Mapping[TopicPartition, int]) -> Offsets:
+    return {(tp.topic, tp.partition): o for tp, o in offsets.items()}

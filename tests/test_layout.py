@@ -23,7 +23,7 @@ MAY_IMPORT = {
 }
 
 
-def imported_packages(path: Path) -> set[str]:
+def imported_packages(path: Path, among: set[str] | tuple[str, ...] = PACKAGES) -> set[str]:
     tree = ast.parse(path.read_text())
     names = set()
     for node in ast.walk(tree):
@@ -31,7 +31,7 @@ def imported_packages(path: Path) -> set[str]:
             names |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module.split(".")[0])
-    return names & set(PACKAGES)
+    return names & set(among)
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -41,6 +41,14 @@ def test_imports_follow_the_architecture(package):
     for path in files:
         wrong = imported_packages(path) - MAY_IMPORT[package] - {package}
         assert not wrong, f"{path.relative_to(ROOT)} imports {sorted(wrong)}"
+
+
+@pytest.mark.parametrize("package", ["processors", "rollout", "trainer"])
+def test_stages_leave_the_kafka_clients_to_streams(package):
+    """Assigning, seeking, pausing and lag are streams' (RecordConsumer, GroupLag), not each stage's.
+    (The processors runner wires a Faust agent: that is its job, and Faust's internals stay in streams/faust/.)"""
+    users = [str(p.relative_to(ROOT)) for p in (ROOT / package).rglob("*.py") if imported_packages(p, among={"kafka"})]
+    assert not users, f"import kafka-python outside streams/: {users}"
 
 
 def readme_commands() -> list[str]:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from kafka import TopicPartition
-
 from schemas import Experience, Record, encode
 from streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
 
@@ -42,26 +40,9 @@ class Feed:
         self.assembler = GroupAssembler(cfg.group_timeout_s)
         self.window = Window(cfg.window_groups, cfg.prioritized, seed)
         self.counts = FeedCounts()
-        self.offsets = OffsetTracker(self._assign(start))
+        # The checkpoint's offsets, else the group's committed ones, else the beginning.
+        self.offsets = OffsetTracker(self.consumer.assign(topics.ready, start))
         self.last_arrival = time.monotonic()
-
-    def _assign(self, start: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        kafka = self.consumer.kafka
-        parts = [TopicPartition(self.topics.ready, p) for p in sorted(kafka.partitions_for_topic(self.topics.ready) or [])]
-        if not parts:
-            raise RuntimeError(f"topic {self.topics.ready} not found: run `undertow topics create`")
-        kafka.assign(parts)
-        positions = {}
-        for tp in parts:
-            offset = start.get((tp.topic, tp.partition))
-            if offset is None:
-                offset = kafka.committed(tp)
-            if offset is None:
-                kafka.seek_to_beginning(tp)
-                offset = kafka.position(tp)
-            kafka.seek(tp, offset)
-            positions[(tp.topic, tp.partition)] = offset
-        return positions
 
     def fill(self, version: int, timeout_ms: int) -> int:
         """Poll once (unless the window is full) and admit what came; returns records delivered."""
@@ -123,6 +104,14 @@ class Feed:
         groups = self.window.take(self.cfg.experiences, self.cfg.token_budget)
         return [item for g in groups for item in g.items]
 
+    def refused(self, items: list[Item], reason: str, detail: str) -> None:
+        """Items the trainer took but could not learn from: to the rejected topic, handled for good."""
+        for item in items:
+            self._reject(item, reason, detail)
+        self.trained.update(i.record_id for i in items)
+        for i in items:
+            self.offsets.done(i.partition, i.offset)
+
     def trained_on(self, items: list[Item]) -> None:
         self.trained.update(i.record_id for i in items)
         for i in items:
@@ -131,7 +120,7 @@ class Feed:
     def commit(self) -> dict[tuple[str, int], int]:
         """Commit what is safe (see intake.OffsetTracker); call after the step and checkpoint covering it."""
         offsets = self.offsets.committable()
-        self.consumer.commit({TopicPartition(t, p): o for (t, p), o in offsets.items()})
+        self.consumer.commit(offsets)
         return offsets
 
     def close(self) -> None:

@@ -1,0 +1,129 @@
+"""RecordConsumer's positioning API on the real broker: where `assign` starts each partition, end
+offsets, pause / resume / idle, and one error for a topic that does not exist."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from schemas import MetricEvent
+from streams import GroupLag, KafkaSettings, RecordConsumer, RecordProducer, TopicNotFound, Topics
+
+pytestmark = pytest.mark.broker
+
+
+def metric(i: int) -> MetricEvent:
+    return MetricEvent(component="test", values={"i": float(i)}, step=i)
+
+
+def fill(kafka: KafkaSettings, topic: str, per_partition: dict[int, int]) -> None:
+    """`n` metrics on each partition, numbered from 0 in each."""
+    with RecordProducer(kafka) as producer:
+        for partition, n in per_partition.items():
+            for i in range(n):
+                producer.send(topic, metric(i), partition=partition)
+
+
+def consumer(kafka: KafkaSettings, ns: str, group: str | None = None) -> RecordConsumer[MetricEvent]:
+    return RecordConsumer(kafka, [], group_id=group, expect=MetricEvent, rejected_topic=Topics(ns).rejected)
+
+
+def read(c: RecordConsumer, want: int, timeout_s: float = 20.0) -> list[tuple[int, int]]:
+    """(partition, offset) of the next `want` records, sorted."""
+    got, deadline = [], time.monotonic() + timeout_s
+    while len(got) < want and time.monotonic() < deadline:
+        got += [(d.partition, d.offset) for d in c.poll(timeout_ms=300)]
+    return sorted(got)
+
+
+def test_assign_starts_each_partition_where_asked(kafka, namespace):
+    topic = Topics(namespace).ready  # 4 partitions
+    fill(kafka, topic, {0: 3, 1: 2})
+    parts = {(topic, p) for p in range(4)}
+    with consumer(kafka, namespace) as c:
+        assert c.assign(topic, "earliest") == {(topic, 0): 0, (topic, 1): 0, (topic, 2): 0, (topic, 3): 0}
+        assert read(c, 5) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
+        assert c.end_offsets() == {(topic, 0): 3, (topic, 1): 2, (topic, 2): 0, (topic, 3): 0}
+        assert set(c.assign(topic, "latest").items()) == {((topic, 0), 3), ((topic, 1), 2), ((topic, 2), 0),
+                                                          ((topic, 3), 0)}
+        assert c.poll(timeout_ms=500) == []
+        starts = c.assign(topic, {(topic, 0): 2})  # partition 0 named; the others: committed, else first
+        assert starts == {(topic, 0): 2, (topic, 1): 0, (topic, 2): 0, (topic, 3): 0} and set(starts) == parts
+        assert read(c, 3) == [(0, 2), (1, 0), (1, 1)]
+
+
+def test_committed_start_continues_after_the_group_commit(kafka, namespace):
+    topic = Topics(namespace).ready
+    fill(kafka, topic, {0: 4, 2: 2})
+    with consumer(kafka, namespace, group="g") as c:
+        c.assign(topic, "committed")  # nothing committed yet: the first record
+        assert read(c, 6) == [(0, 0), (0, 1), (0, 2), (0, 3), (2, 0), (2, 1)]
+        c.commit({(topic, 0): 3, (topic, 2): 1})  # (topic, partition) tuples, no kafka types
+    with consumer(kafka, namespace, group="g") as c:
+        assert c.assign(topic)[(topic, 0)] == 3
+        assert read(c, 2) == [(0, 3), (2, 1)]
+        explicit = c.assign(topic, {(topic, 2): 0})  # explicit wins over committed
+        assert explicit[(topic, 2)] == 0 and explicit[(topic, 0)] == 3
+
+
+def test_reached_says_when_the_end_of_start_was_read(kafka, namespace):
+    topic = Topics(namespace).weights  # 1 partition
+    fill(kafka, topic, {0: 3})
+    with consumer(kafka, namespace) as c:
+        c.assign(topic, "earliest")
+        end = c.end_offsets()
+        assert not c.reached(end)
+        read(c, 3)
+        assert c.reached(end)
+
+
+def test_paused_partitions_deliver_nothing_until_resumed(kafka, namespace):
+    topic = Topics(namespace).weights
+    fill(kafka, topic, {0: 2})
+    with consumer(kafka, namespace) as c:
+        c.assign(topic, "earliest")
+        c.pause()
+        assert c.poll(timeout_ms=1000) == []
+        c.resume()
+        assert read(c, 2) == [(0, 0), (0, 1)]
+        c.assign(topic, "earliest")
+        started = time.monotonic()
+        c.idle(0.5)  # waits, takes nothing, and the records are still there after it
+        assert time.monotonic() - started >= 0.4
+        assert read(c, 2) == [(0, 0), (0, 1)]
+
+
+def test_a_missing_topic_is_one_error_that_says_how_to_make_it(kafka, namespace):
+    missing = f"{namespace}.nowhere"
+    with consumer(kafka, namespace) as c, pytest.raises(TopicNotFound, match="undertow topics create"):
+        c.assign(missing)
+    with pytest.raises(TopicNotFound):
+        GroupLag(kafka, missing, "g")
+
+
+def test_group_lag_counts_what_the_group_has_not_committed(kafka, namespace):
+    topic = Topics(namespace).tasks
+    fill(kafka, topic, {0: 3, 3: 2})
+    lag = GroupLag(kafka, topic, "workers")
+    try:
+        assert lag() == 5
+        with consumer(kafka, namespace, group="workers") as c:
+            c.commit({(topic, 0): 2})
+        assert lag() == 3
+    finally:
+        lag.close()
+
+
+def test_idle_through_a_rebalance_loses_nothing(kafka, namespace):
+    """A group member idling as it joins: its new partitions are not paused, and what they deliver
+    during the idle must be read again afterwards, not skipped."""
+    topic = Topics(namespace).tasks
+    fill(kafka, topic, {0: 2, 1: 1})
+    c = RecordConsumer(kafka, [topic], group_id="idler", expect=MetricEvent, rejected_topic=Topics(namespace).rejected)
+    with c:
+        deadline = time.monotonic() + 20
+        while not c.end_offsets() and time.monotonic() < deadline:  # assigned during these idles
+            c.idle(0.5)
+        c.idle(2.0)  # assigned and fetching by now
+        assert read(c, 3) == [(0, 0), (0, 1), (1, 0)]
