@@ -46,9 +46,9 @@ def main() -> None:
     engine = build_engine(ModelSpec(), cfg, process)
     rl = objectives.get("rl")(AlgorithmConfig())
     batch = experiences(args.groups, args.group_size, args.prompt_len, args.response_len)
-    train_step(engine, rl, batch, None, process, pad_id=0, pad_to_multiple=8)  # warm-up
+    train_step(engine, rl, batch, None, process, pad_id=0)  # warm-up
     started = time.perf_counter()
-    tokens = sum(train_step(engine, rl, batch, None, process, pad_id=0, pad_to_multiple=8)["tokens"]
+    tokens = sum(train_step(engine, rl, batch, None, process, pad_id=0).metrics["tokens"]
                  for _ in range(args.steps))
     seconds = time.perf_counter() - started
     print(f"tiny model, ZeRO {args.zero_stage}, batch {len(batch)} x {args.prompt_len + args.response_len} tokens: "

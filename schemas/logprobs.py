@@ -18,10 +18,11 @@ def position_ids(attention_mask: "torch.Tensor") -> "torch.Tensor":
 
 
 def token_logprobs(logits: "torch.Tensor", targets: "torch.Tensor", temperature: float = 1.0) -> "torch.Tensor":
-    """log p(target) under softmax(logits / temperature), in fp32.  logits [..., V], targets [...]."""
+    """log p(target) under softmax(logits / temperature), in fp32 at least.  logits [..., V], targets [...]."""
     import torch
 
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))  # bf16 up to fp32; fp64 stays
+    logp = torch.log_softmax(logits / temperature, dim=-1)
     return logp.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)
 
 

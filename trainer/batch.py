@@ -24,6 +24,7 @@ class SequenceBatch:
     behaviour_logp: torch.Tensor  # [B, T-1] float
     advantages: torch.Tensor  # [B, T-1] float
     policy_versions: torch.Tensor  # [B] long
+    proximal_logp: torch.Tensor | None = None  # [B, T-1] under the weights before the step's first update
 
     @property
     def tokens(self) -> int:

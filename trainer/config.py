@@ -20,6 +20,22 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class ScheduleConfig(_Section):
+    """The learning rate over optimizer steps (transformers' schedulers)."""
+
+    name: Literal["constant", "linear", "cosine"] = Field("constant", description="shape after the warm-up")
+    warmup_steps: int = Field(0, ge=0, description="optimizer steps of linear warm-up from 0")
+    total_steps: int | None = Field(None, ge=1, description="optimizer steps at which linear / cosine reach 0")
+
+    @model_validator(mode="after")
+    def _decay_needs_an_end(self) -> "ScheduleConfig":
+        if self.name != "constant" and self.total_steps is None:
+            raise ValueError(f"total_steps: the {self.name} schedule decays to 0 at total_steps; set it")
+        if self.total_steps is not None and self.warmup_steps >= self.total_steps:
+            raise ValueError("warmup_steps: must be below total_steps")
+        return self
+
+
 class EngineConfig(_Section):
     """The DeepSpeed engine: ZeRO stage, precision, optimizer."""
 
@@ -32,6 +48,7 @@ class EngineConfig(_Section):
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
     betas: tuple[float, float] = Field((0.9, 0.999), description="Adam betas")
     grad_clip: float = Field(1.0, ge=0, description="max gradient norm (0: no clipping)")
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig, description="learning-rate schedule")
     seed: int = Field(0, description="seed of torch and of the priority sampler")
     master_port: int | None = Field(None, ge=1024, le=65535,
                                     description="rendezvous port for a single-process run (default: a free one)")
@@ -94,6 +111,11 @@ class TrainerConfig(_Section):
     engine: EngineConfig = Field(default_factory=EngineConfig, description="DeepSpeed engine")
     batching: BatchingConfig = Field(default_factory=BatchingConfig, description="batching and admission")
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig, description="losses")
+    micro_batch_tokens: int | None = Field(
+        None, ge=1, description="padded tokens per forward/backward pass; gradients accumulate (None: one pass)")
+    mini_batches: int = Field(1, ge=1, description="optimizer updates per epoch over a step's batch")
+    ppo_epochs: int = Field(1, ge=1, description="passes over a step's batch (proximal policy: the step's start)")
+    gradient_checkpointing: bool = Field(False, description="recompute activations in backward (less memory)")
     sync_every: int = Field(1, ge=1, description="publish weights every this many steps (and at the end)")
     chunk_bytes: int = Field(4 << 20, ge=1024, le=MAX_CHUNK_BYTES, description="inline weight chunk size")
     weights_dir: str | None = Field(None, description="shared storage for weights sent by URI (None: always inline)")
@@ -103,6 +125,13 @@ class TrainerConfig(_Section):
     keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept on disk")
     consumer_group: str = Field("undertow-trainer", description="Kafka consumer group (offset commits)")
     poll_timeout_ms: int = Field(200, ge=1, description="longest wait for data per poll")
+
+    @model_validator(mode="after")
+    def _mini_batches_fit(self) -> "TrainerConfig":
+        n = self.batching.experiences
+        if n is not None and self.mini_batches > n:
+            raise ValueError(f"mini_batches: {self.mini_batches} updates cannot split a batch of {n} experiences")
+        return self
 
 
 class TrainRunConfig(BaseModel):

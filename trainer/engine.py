@@ -64,36 +64,99 @@ def free_port() -> int:
 
 
 def deepspeed_config(cfg: EngineConfig, world_size: int) -> dict[str, Any]:
-    """One optimizer step per `engine.step()`: each rank backpropagates its shard of the batch once."""
+    """The caller owns accumulation (`managed_gradient_accumulation: false`): `backward()` only adds
+    gradients up, and each `step()` reduces them over the ranks and updates, however many micro-batches
+    came before it. Without ZeRO the guard clips (DeepSpeed's own clip there reports no norm)."""
     zero: dict[str, Any] = {"stage": cfg.zero_stage}
     if cfg.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu"}
     return {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
-            "train_batch_size": world_size, "gradient_clipping": cfg.grad_clip,
+            "train_batch_size": world_size, "managed_gradient_accumulation": False,
+            "gradient_clipping": cfg.grad_clip if cfg.zero_stage > 0 else 0.0,
             "bf16": {"enabled": cfg.precision == "bf16"}, "zero_optimization": zero,
+            # ZeRO vets optimizers by exact type; the guarded ones are torch's / DeepSpeed's own underneath.
+            "zero_allow_untested_optimizer": True,
             "steps_per_print": 1 << 30, "wall_clock_breakdown": False}
+
+
+class FiniteGuard:
+    """Mixed into the optimizer: a step whose gradients are not all finite, on any rank, is skipped
+    (weights and optimizer state unchanged). DeepSpeed calls the step with the reduced gradients, on
+    every rank, so the ranks agree; under ZeRO each rank sees its partition, hence the all-reduce."""
+
+    clip_norm: float = 0.0  # > 0: clip here, and report the norm before clipping
+    applied: bool = False  # the last step changed the weights; reset it before each step (ZeRO may
+    # itself skip a step with an overflow, without calling this one)
+
+    def step(self, closure: Any = None) -> Any:
+        params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
+        device = params[0].device if params else torch.device("cpu")
+        finite = torch.stack([torch.isfinite(p.grad).all() for p in params]).all().float().reshape(1) if params \
+            else torch.ones(1, device=device)
+        import torch.distributed as dist
+
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+        if self.clip_norm and params:
+            norm = torch.nn.utils.clip_grad_norm_(params, self.clip_norm)
+            self._global_grad_norm = float(norm)  # DeepSpeed's engine reads it from here
+        if not finite.item():
+            return None
+        self.applied = True
+        return super().step(closure)
+
+
+class GuardedAdamW(FiniteGuard, torch.optim.AdamW):
+    pass
 
 
 def build_optimizer(cfg: EngineConfig, params: Any) -> torch.optim.Optimizer:
     kw = dict(lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
-    optimizers = {"adamw": lambda: torch.optim.AdamW(params, **kw), "cpu_adam": lambda: _cpu_adam(params, kw)}
-    return optimizers[cfg.optimizer]()
+    optimizers = {"adamw": lambda: GuardedAdamW(params, **kw), "cpu_adam": lambda: _cpu_adam(params, kw)}
+    optimizer = optimizers[cfg.optimizer]()
+    optimizer.clip_norm = cfg.grad_clip if cfg.zero_stage == 0 else 0.0
+    return optimizer
 
 
 def _cpu_adam(params: Any, kw: dict[str, Any]) -> torch.optim.Optimizer:
     from deepspeed.ops.adam import DeepSpeedCPUAdam
 
-    return DeepSpeedCPUAdam(params, adamw_mode=True, **kw)
+    class GuardedCPUAdam(FiniteGuard, DeepSpeedCPUAdam):
+        pass
+
+    return GuardedCPUAdam(params, adamw_mode=True, **kw)
 
 
-def build_engine(spec: ModelSpec, cfg: EngineConfig, process: Process) -> Any:
+def build_schedule(cfg: EngineConfig, optimizer: torch.optim.Optimizer) -> Any:
+    """transformers' scheduler of `cfg.schedule`, stepped by DeepSpeed once per optimizer step."""
+    from transformers import get_scheduler
+
+    s = cfg.schedule
+    names = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
+    return get_scheduler(names[s.name], optimizer, num_warmup_steps=s.warmup_steps, num_training_steps=s.total_steps)
+
+
+def finite_guard(engine: Any) -> FiniteGuard:
+    """The guarded optimizer inside `engine` (ZeRO wraps it in its own)."""
+    optimizer = engine.optimizer
+    while not isinstance(optimizer, FiniteGuard):
+        optimizer = optimizer.optimizer
+    return optimizer
+
+
+def build_engine(spec: ModelSpec, cfg: EngineConfig, process: Process, *,
+                 gradient_checkpointing: bool = False) -> Any:
     """The policy from `spec` wrapped in a DeepSpeed engine, in train mode."""
     import deepspeed
 
     torch.manual_seed(cfg.seed)
     model = build_model(spec).to(process.device).train()
+    if gradient_checkpointing:
+        # Non-reentrant: works with inputs that need no grad and with ZeRO's parameter hooks.
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
     optimizer = build_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
-    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer,
+    engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=build_schedule(cfg, optimizer),
                                       config=deepspeed_config(cfg, process.world_size))
     return engine
 

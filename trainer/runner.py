@@ -25,7 +25,8 @@ from .feed import Feed
 from .objectives import objectives
 from .publish import publish_weights, weight_updates
 from .relay import Command, broadcast
-from .step import train_step
+from .intake import record_id
+from .step import StepResult, StepShape, train_step
 
 COMPONENT = "trainer"
 
@@ -90,8 +91,17 @@ class Leader:
         self.pending = []
         return Command([], publish=self.state.published_version != step, checkpoint=True, stop=True)
 
-    def after_step(self, metrics: dict[str, float]) -> None:
-        items, step = self.pending, self.state.step
+    def after_step(self, result: StepResult) -> None:
+        """Book the step that just ran (`state.step` already counts it when it changed the weights)."""
+        untrained = {record_id(r) for r in result.untrained}
+        refused = [i for i in self.pending if i.record_id in untrained]
+        items = [i for i in self.pending if i.record_id not in untrained]
+        if refused:
+            self.feed.refused(refused, "non_finite", "no update of the step had a finite loss and gradient")
+        if not items:
+            self._send_metrics({**result.metrics, "records": 0.0, "version": float(self.state.step)})
+            return
+        metrics, step = result.metrics, self.state.step
         self.feed.trained_on(items)
         self.ledger.append(step, [i.record_id for i in items])
         versions = [getattr(i.record, "policy_version", 0) for i in items]
@@ -106,9 +116,12 @@ class Leader:
         rewards = [r for r in (getattr(i.record, "reward", None) for i in items) if r is not None]
         if rewards:
             values["reward_mean"] = sum(rewards) / len(rewards)
-        self.producer.send(self.topics.metrics, MetricEvent(component=COMPONENT, values=values, step=step),
+        self._send_metrics(values)
+
+    def _send_metrics(self, values: dict[str, float]) -> None:
+        self.producer.send(self.topics.metrics, MetricEvent(component=COMPONENT, values=values, step=self.state.step),
                            key=COMPONENT)
-        self.feed.counts = type(counts)()
+        self.feed.counts = type(self.feed.counts)()
         self.wait_s = 0.0
 
     def publish(self, blob: bytes) -> None:
@@ -139,7 +152,7 @@ def run(spec: ModelSpec, cfg: TrainerConfig, kafka: KafkaSettings, namespace: st
     stop.install()
     process = setup_process(cfg.engine.master_port)
     objective = objectives.get(cfg.algorithm.objective)(cfg.algorithm)
-    engine = build_engine(spec, cfg.engine, process)
+    engine = build_engine(spec, cfg.engine, process, gradient_checkpointing=cfg.gradient_checkpointing)
     ref_model = build_reference(spec, process) if objective.needs_reference else None
     root = Path(cfg.checkpoint_dir).expanduser() / namespace
     root.mkdir(parents=True, exist_ok=True)
@@ -156,6 +169,7 @@ def run(spec: ModelSpec, cfg: TrainerConfig, kafka: KafkaSettings, namespace: st
 
 def _loop(engine: Any, objective: Any, ref_model: Any, cfg: TrainerConfig, process: Process, state: TrainerState,
           leader: Leader | None, root: Path, stop: StopFlag, budget: Budget, pad_id: int) -> None:
+    shape = StepShape(cfg.micro_batch_tokens, cfg.mini_batches, cfg.ppo_epochs, cfg.batching.pad_to_multiple)
     if state.step > 0:
         # Resumed: announce the restored version first, so that workers holding weights from steps
         # this trainer lost (it died after its checkpoint) follow it back.
@@ -166,11 +180,11 @@ def _loop(engine: Any, objective: Any, ref_model: Any, cfg: TrainerConfig, proce
         command = broadcast(leader.next_command(stop, budget) if leader else None,
                             leader=process.is_leader, world_size=process.world_size)
         if command.records:
-            metrics = train_step(engine, objective, command.records, ref_model, process, pad_id=pad_id,
-                                 pad_to_multiple=cfg.batching.pad_to_multiple)
-            state.step += 1
+            result = train_step(engine, objective, command.records, ref_model, process, pad_id=pad_id, shape=shape)
+            if result.metrics["updates"]:  # a step none of whose updates applied leaves the version
+                state.step += 1
             if leader:
-                leader.after_step(metrics)
+                leader.after_step(result)
         if command.publish:
             blob = gathered_weights(engine)
             if leader:

@@ -1,18 +1,92 @@
-"""One optimizer step on this rank's shard of a batch."""
+"""One training step on a rollout batch: PPO epochs × mini-batches of optimizer updates, each
+accumulated over micro-batches that fit a token budget.
+
+    for epoch in 1..ppo_epochs:
+        for each of the `mini_batches` mini-batches:             one optimizer update
+            for each micro-batch of this rank's shard:           forward + backward, gradients add up
+                L_micro = world_size · Σ_micro w_t L_t           w from the mini-batch's totals
+            step()                                               DeepSpeed averages over the ranks
+The totals (trained tokens, sequences) are the whole mini-batch's, over all micro-batches and ranks,
+so the accumulated gradient is exactly the one pass's (world_size undoes the ranks' mean). Every rank
+holds the whole batch (the relay sends it to all), so every rank knows every total without talking.
+
+The proximal policy of decoupled PPO is the weights before the first update: with more than one
+update per step, its log-probs are computed up front, once.
+"""
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import fields, is_dataclass
-from typing import Any
+from dataclasses import dataclass, fields, is_dataclass, replace
+from typing import Any, Callable
 
 import torch
 
 from schemas import Record
 
-from .engine import Process
-from .intake import record_tokens
+from .algorithms import Totals
+from .engine import Process, finite_guard
+from .intake import record_id, record_tokens
 from .relay import shard
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """How a step's batch is cut up (the `trainer:` settings of the same names)."""
+
+    micro_batch_tokens: int | None = None
+    mini_batches: int = 1
+    ppo_epochs: int = 1
+    pad_to_multiple: int = 8
+
+
+@dataclass
+class Update:
+    """One optimizer update: this rank's micro-batches and the normalisers of the whole mini-batch."""
+
+    records: list[Record]  # the mini-batch, every rank's share
+    micro: list[list[Record]]  # this rank's micro-batches; [] pads to the count of the busiest rank
+    totals: Totals
+
+
+def padded_cost(lengths: list[int], multiple: int) -> int:
+    """Tokens a micro-batch of sequences of these lengths occupies once right-padded."""
+    return len(lengths) * -(-max(lengths) // multiple) * multiple
+
+
+def pack(records: list[Record], objective: Any, budget: int | None, multiple: int) -> list[list[Record]]:
+    """Records, longest first, into micro-batches of at most `budget` padded tokens (one record
+    over budget goes alone)."""
+    if not records:
+        return []
+    if budget is None:
+        return [records]
+    ordered = sorted(records, key=lambda r: -max(objective.lengths(r)))
+    micro: list[list[Record]] = [[]]
+    lengths: list[int] = []
+    for r in ordered:
+        own = objective.lengths(r)
+        if micro[-1] and padded_cost(lengths + own, multiple) > budget:
+            micro.append([])
+            lengths = []
+        micro[-1].append(r)
+        lengths += own
+    return micro
+
+
+def plan(records: list[Record], objective: Any, shape: StepShape, rank: int, world_size: int) -> list[Update]:
+    """The updates of one epoch, as this rank runs them. Every rank runs as many micro-batches per
+    update as the busiest rank, because ZeRO-2 reduces gradients inside every backward."""
+    n, m = len(records), shape.mini_batches
+    minis = [records[i * n // m:(i + 1) * n // m] for i in range(m)]
+    updates = []
+    for mini in (b for b in minis if b):
+        packs = [pack(shard(mini, r, world_size), objective, shape.micro_batch_tokens, shape.pad_to_multiple)
+                 for r in range(world_size)]
+        count = max(len(p) for p in packs)
+        updates.append(Update(mini, packs[rank] + [[]] * (count - len(packs[rank])), objective.totals(mini)))
+    return updates
 
 
 def to_device(batch: Any, device: torch.device) -> Any:
@@ -24,21 +98,114 @@ def to_device(batch: Any, device: torch.device) -> Any:
     return batch
 
 
-def train_step(engine: Any, objective: Any, records: list[Record], ref_model: Any, process: Process, *,
-               pad_id: int, pad_to_multiple: int) -> dict[str, float]:
-    """Backpropagate this rank's shard and step; returns this rank's metrics plus tokens/s.
+class Tally:
+    """Metrics of a step: loss parts add up within an update (then average over updates), token
+    means weigh by tokens, `_min` / `_max` take the extreme; reduced over the ranks."""
 
-    A rank whose shard is empty still runs forward and backward (on a copy of the first record,
-    weighted 0), because every rank must take part in the gradient all-reduce.
-    """
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.weights: dict[str, float] = {}
+        self.extremes: dict[str, float] = {}
+        self.parts: dict[str, float] = {}
+
+    def add(self, metrics: dict[str, float], parts: dict[str, float], tokens: float, *, real: bool = True) -> None:
+        """A padding micro-batch (`real` False) adds its keys but no values: every rank must
+        reduce the same keys."""
+        for k, v in metrics.items():
+            if k.endswith("_min") or k.endswith("_max"):
+                low = k.endswith("_min")
+                v = v if real else (math.inf if low else -math.inf)
+                self.extremes[k] = (min if low else max)(self.extremes.get(k, v), v)
+            else:
+                self.sums[k] = self.sums.get(k, 0.0) + (v * tokens if real else 0.0)
+                self.weights[k] = self.weights.get(k, 0.0) + (tokens if real else 0.0)
+        for k, v in parts.items():
+            self.parts[k] = self.parts.get(k, 0.0) + (v if real else 0.0)
+
+    def result(self, updates: int, world_size: int) -> dict[str, float]:
+        keys = sorted(self.sums)
+        sums = [self.sums[k] for k in keys] + [self.weights[k] for k in keys] + \
+            [self.parts[k] for k in sorted(self.parts)]
+        mins = {k: v for k, v in self.extremes.items() if k.endswith("_min")}
+        maxs = {k: v for k, v in self.extremes.items() if k.endswith("_max")}
+        if world_size > 1:
+            sums, mins, maxs = _all_reduce(sums, "sum"), _reduce_dict(mins, "min"), _reduce_dict(maxs, "max")
+        n = len(keys)
+        out = {k: sums[i] / sums[n + i] if sums[n + i] else 0.0 for i, k in enumerate(keys)}
+        out.update({k: sums[2 * n + i] / max(updates, 1) for i, k in enumerate(sorted(self.parts))})
+        return {**out, **mins, **maxs}
+
+
+def _all_reduce(values: list[float], op: str) -> list[float]:
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float64)
+    if dist.get_backend() == "nccl":
+        t = t.cuda()
+    dist.all_reduce(t, op={"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}[op])
+    return t.tolist()
+
+
+def _reduce_dict(values: dict[str, float], op: str) -> dict[str, float]:
+    keys = sorted(values)
+    return dict(zip(keys, _all_reduce([values[k] for k in keys], op)))
+
+
+def accumulate(model: Any, objective: Any, update: Update, batches: list[Any], ref_model: Any, world_size: int,
+               backward: Callable[[torch.Tensor], Any], tally: Tally) -> None:
+    """Forward and backward every micro-batch of one update; the gradients add up to the update's."""
+    for micro, batch in zip(update.micro, batches):
+        out = objective.loss(model, batch, ref_model, update.totals)
+        # An empty (padding) micro-batch still runs: the ranks' gradient reductions must pair up.
+        backward(out.loss * (world_size if micro else 0.0))
+        tally.add(out.metrics, out.parts, objective.totals(micro).tokens if micro else 0.0, real=bool(micro))
+
+
+@dataclass
+class StepResult:
+    """What a step did: its metrics, and the records no applied update trained on (non-finite)."""
+
+    metrics: dict[str, float]
+    untrained: list[Record]
+
+
+def train_step(engine: Any, objective: Any, records: list[Record], ref_model: Any, process: Process, *,
+               pad_id: int, shape: StepShape = StepShape()) -> StepResult:
+    """Every update of one step on this rank; metrics are over all ranks (every rank gets them)."""
     started = time.perf_counter()
-    mine = shard(records, process.rank, process.world_size)
-    weight = 1.0 if mine else 0.0
-    batch = objective.collate(mine or records[:1], pad_id=pad_id, pad_to_multiple=pad_to_multiple)
-    out = objective.loss(engine, to_device(batch, process.device), ref_model)
-    engine.backward(out.loss * weight)
-    engine.step()
+    updates = plan(records, objective, shape, process.rank, process.world_size)
+    collate = lambda rs: to_device(objective.collate(rs or records[:1], pad_id=pad_id,
+                                                     pad_to_multiple=shape.pad_to_multiple), process.device)
+    batches = [[collate(m) for m in u.micro] for u in updates]
+    if len(updates) * shape.ppo_epochs > 1:  # else the proximal policy is the current one
+        batches = [[_with_proximal(b, objective.logprobs(engine, b)) for b in bs] for bs in batches]
+    guard, tally = finite_guard(engine), Tally()
+    trained: set[str] = set()
+    applied = skipped = 0
+    grad_norms: list[float] = []
+    for _ in range(shape.ppo_epochs):
+        for update, micro_batches in zip(updates, batches):
+            accumulate(engine, objective, update, micro_batches, ref_model, process.world_size,
+                       lambda loss: engine.backward(loss, scale_wrt_gas=False), tally)
+            guard.applied = False
+            engine.step()
+            if not guard.applied:
+                skipped += 1
+                continue
+            applied += 1
+            trained.update(record_id(r) for r in update.records)
+            norm = engine.get_global_grad_norm()
+            if norm is not None and math.isfinite(float(norm)):
+                grad_norms.append(float(norm))
     seconds = time.perf_counter() - started
     tokens = sum(record_tokens(r) for r in records)  # the whole batch, over all ranks
-    return {**out.metrics, "step_s": seconds, "tokens": float(tokens),
-            "tokens_per_s": tokens / seconds if seconds > 0 else 0.0}
+    metrics = {**tally.result(len(updates) * shape.ppo_epochs, process.world_size),
+               "updates": float(applied), "skipped_updates": float(skipped), "lr": float(engine.get_lr()[0]),
+               "step_s": seconds, "tokens": float(tokens), "tokens_per_s": tokens / seconds if seconds > 0 else 0.0}
+    if grad_norms:
+        metrics["grad_norm"] = sum(grad_norms) / len(grad_norms)
+    return StepResult(metrics, [r for r in records if record_id(r) not in trained])
+
+
+def _with_proximal(batch: Any, logp: torch.Tensor | None) -> Any:
+    return batch if logp is None else replace(batch, proximal_logp=logp)

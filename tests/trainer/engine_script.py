@@ -1,6 +1,7 @@
-"""Run by test_engine.py (alone, or under torchrun): two optimizer steps on fixed experiences.
+"""Run by test_engine.py (alone, or under torchrun): optimizer steps on fixed experiences.
 
-Each rank writes the sha256 of the weights it holds, and rank 0 the gathered safetensors blob.
+Each rank writes the sha256 of the weights it holds and every step's metrics; rank 0 also the
+gathered safetensors blob.
 """
 
 from __future__ import annotations
@@ -8,13 +9,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 from pathlib import Path
 
 from kernel.models import weights_to_bytes
 from trainer.config import AlgorithmConfig, EngineConfig
 from trainer.engine import build_engine, gathered_weights, setup_process
 from trainer.objectives import objectives
-from trainer.step import train_step
+from trainer.step import StepShape, train_step
 
 from tests.trainer.helpers import SPEC, make_group
 
@@ -23,16 +25,25 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--engine", default="{}", help="EngineConfig as JSON")
+    ap.add_argument("--algorithm", default="{}", help="AlgorithmConfig as JSON")
+    ap.add_argument("--shape", default="{}", help="StepShape as JSON")
+    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--poison", action="store_true", help="one experience's advantages are inf")
+    ap.add_argument("--checkpointing", action="store_true", help="gradient checkpointing")
     args = ap.parse_args()
     cfg = EngineConfig.model_validate(json.loads(args.engine))
     process = setup_process(cfg.master_port)
-    engine = build_engine(SPEC, cfg, process)
-    rl = objectives.get("rl")(AlgorithmConfig())
+    engine = build_engine(SPEC, cfg, process, gradient_checkpointing=args.checkpointing)
+    rl = objectives.get("rl")(AlgorithmConfig.model_validate(json.loads(args.algorithm)))
     records = [e for g in range(2) for e in make_group(f"g{g}")]
-    losses = [train_step(engine, rl, records, None, process, pad_id=0, pad_to_multiple=8)["loss"] for _ in range(2)]
+    if args.poison:
+        records[3] = records[3].model_copy(update={"advantages": [math.inf] * len(records[3].response_tokens)})
+    shape = StepShape(**json.loads(args.shape))
+    results = [train_step(engine, rl, records, None, process, pad_id=0, shape=shape) for _ in range(args.steps)]
     blob = gathered_weights(engine)
     out = Path(args.out)
-    local = {"losses": losses}
+    local = {"losses": [r.metrics["loss"] for r in results], "metrics": [r.metrics for r in results],
+             "untrained": [[e.experience_id for e in r.untrained] for r in results]}
     if engine.zero_optimization_stage() < 3:
         local["sha256"] = hashlib.sha256(weights_to_bytes(engine.module)).hexdigest()
     (out / f"rank{process.rank}.json").write_text(json.dumps(local))

@@ -1,5 +1,6 @@
-"""The DeepSpeed engine on CPU: two gloo processes agree; ZeRO-3 with DeepSpeedCPUAdam and offload
-matches ZeRO-0 with torch AdamW."""
+"""The DeepSpeed engine on CPU: two gloo processes with micro-batches agree with one process in one
+pass; ZeRO-3 with DeepSpeedCPUAdam and offload matches ZeRO-0 with torch AdamW; decoupled PPO's clip
+binds on a second epoch; a non-finite step is skipped on every rank."""
 
 from __future__ import annotations
 
@@ -18,16 +19,20 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_script(out: Path, engine: dict, port: int, nproc: int = 1) -> None:
+def run_script(out: Path, engine: dict, port: int, nproc: int = 1, *args: str, shape: dict | None = None,
+               algorithm: dict | None = None) -> list[dict]:
+    """Each rank's output: losses, metrics per step, untrained ids, and the sha256 of its weights."""
     out.mkdir()
     launcher = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", str(port)] \
         if nproc > 1 else [PYTHON]
     cmd = [*launcher, "tests/trainer/engine_script.py", "--out", str(out),
-           "--engine", json.dumps({**engine, "master_port": port})]
+           "--engine", json.dumps({**engine, "master_port": port}), "--shape", json.dumps(shape or {}),
+           "--algorithm", json.dumps(algorithm or {}), *args]
     env = trainer_env(port)
     env["PYTHONPATH"] = str(ROOT)
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (done.stdout + done.stderr)[-8000:]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
 
 
 def loaded(out: Path) -> torch.nn.Module:
@@ -36,12 +41,31 @@ def loaded(out: Path) -> torch.nn.Module:
     return model
 
 
-def test_two_gloo_processes_agree_on_the_weights(tmp_path: Path):
-    run_script(tmp_path / "two", {"zero_stage": 2, "lr": 0.01}, port=29551, nproc=2)
-    ranks = [json.loads((tmp_path / "two" / f"rank{r}.json").read_text()) for r in range(2)]
+def test_two_ranks_in_micro_batches_train_what_one_pass_trains(tmp_path: Path):
+    one = run_script(tmp_path / "one", {"zero_stage": 0, "lr": 0.01}, 29550)
+    # 8 sequences of 6-7 tokens padded to 8: 16 tokens a micro-batch, 2 per rank, 2 ranks
+    ranks = run_script(tmp_path / "two", {"zero_stage": 2, "lr": 0.01}, 29551, 2, shape={"micro_batch_tokens": 16},
+                       algorithm={"entropy_coef": 0.01})
     assert ranks[0]["sha256"] == ranks[1]["sha256"]
+    untimed = lambda rank: [{k: v for k, v in m.items() if k not in ("step_s", "tokens_per_s")} for m in rank["metrics"]]
+    assert untimed(ranks[0]) == untimed(ranks[1])  # reduced over the ranks
     initial, trained = build_model(SPEC).state_dict(), loaded(tmp_path / "two").state_dict()
     assert any(not torch.equal(initial[k], trained[k]) for k in trained)
+    micro = run_script(tmp_path / "micro", {"zero_stage": 0, "lr": 0.01}, 29554, shape={"micro_batch_tokens": 16},
+                       algorithm={"entropy_coef": 0.01})
+    whole = run_script(tmp_path / "whole", {"zero_stage": 0, "lr": 0.01}, 29555, algorithm={"entropy_coef": 0.01})
+    # The gradient (its norm) and the second step's loss agree in fp32. Adam's first step moves each
+    # weight by about ±lr whatever the gradient's size, so a weight whose gradient is ~0 moves by
+    # rounding noise: weights agree to 1% of a step.
+    expected = loaded(tmp_path / "whole").state_dict()
+    for run in (micro, ranks):
+        assert [m["grad_norm"] for m in run[0]["metrics"]] == \
+            pytest.approx([m["grad_norm"] for m in whole[0]["metrics"]], rel=1e-5)
+        assert run[0]["losses"] == pytest.approx(whole[0]["losses"], abs=1e-6)
+    for name, got in loaded(tmp_path / "micro").state_dict().items():
+        torch.testing.assert_close(got, expected[name], atol=1e-4, rtol=0)
+        torch.testing.assert_close(trained[name], expected[name], atol=1e-4, rtol=0)
+    assert one[0]["losses"] != whole[0]["losses"]  # the entropy bonus is in the loss: the runs differ
 
 
 def test_zero3_cpu_adam_offload_matches_zero0_adamw(tmp_path: Path):
@@ -58,3 +82,26 @@ def test_zero3_cpu_adam_offload_matches_zero0_adamw(tmp_path: Path):
     loss0 = json.loads((tmp_path / "z0" / "rank0.json").read_text())["losses"]
     loss3 = json.loads((tmp_path / "z3" / "rank0.json").read_text())["losses"]
     assert loss0 == pytest.approx(loss3, abs=1e-5) and loss0[0] != loss0[1]
+
+
+def test_decoupled_ppo_clips_on_the_second_epoch(tmp_path: Path):
+    algorithm = {"policy_loss": "decoupled_ppo"}
+    once = run_script(tmp_path / "once", {"lr": 0.05}, 29556, algorithm=algorithm, shape={"ppo_epochs": 1})
+    twice = run_script(tmp_path / "twice", {"lr": 0.05}, 29557, 1, "--steps", "1", algorithm=algorithm,
+                       shape={"ppo_epochs": 2, "micro_batch_tokens": 16})
+    # One update: the proximal policy is the current one, r = 1, nothing clips.
+    assert once[0]["metrics"][0]["clip_fraction"] == 0 and once[0]["metrics"][0]["updates"] == 1
+    # The second epoch's ratio is against the weights before the first update: it moved past 1 ± 0.2.
+    m = twice[0]["metrics"][0]
+    assert m["updates"] == 2 and m["clip_fraction"] > 0.05 and m["ratio_max"] > 1.2
+
+
+@pytest.mark.parametrize("zero_stage,nproc", [(0, 1), (2, 2)])
+def test_a_non_finite_step_is_skipped_on_every_rank(tmp_path: Path, zero_stage: int, nproc: int):
+    ranks = run_script(tmp_path / "nan", {"zero_stage": zero_stage, "lr": 0.01}, 29558 + zero_stage, nproc,
+                       "--poison", "--steps", "1")
+    assert len({r["sha256"] for r in ranks}) == 1
+    initial, kept = build_model(SPEC).state_dict(), loaded(tmp_path / "nan").state_dict()
+    assert all(torch.equal(initial[k], kept[k]) for k in kept)  # weights unchanged
+    m = ranks[0]["metrics"][0]
+    assert m["updates"] == 0 and m["skipped_updates"] == 1 and len(ranks[0]["untrained"][0]) == 8

@@ -124,3 +124,39 @@ def test_dpo_matches_its_closed_form():
     assert out.loss.item() == pytest.approx(math.log(1 + math.exp(-1)))
     assert out.reward_margin == pytest.approx(2.0) and out.accuracy == 1.0
     assert dpo_loss(t(-2.0), t(-2.0), t(-2.0), t(-2.0)).loss.item() == pytest.approx(math.log(2))
+
+
+LOSSES = ["ppo_clip", "dapo", "gspo", "cispo", "reinforce", "truncated_is", "decoupled_ppo"]
+
+
+@pytest.mark.parametrize("name", LOSSES)
+def test_an_overflow_at_a_masked_position_leaves_loss_and_gradient_finite(name):
+    # fp32, as trained: log-ratio 100 at the masked (prompt or padding) position, e^100 = inf there.
+    logp = torch.tensor([[-1.0, 99.0]], requires_grad=True)
+    inp = PolicyInputs(mask=torch.tensor([[1.0, 0.0]]), advantages=torch.tensor([[1.0, 0.0]]),
+                       behaviour_logp=torch.tensor([[-1.2, -1.0]]), proximal_logp=torch.tensor([[-1.1, -1.0]]))
+    out = policy_losses.get(name)(inp, logp)
+    loss = aggregations.get("token_mean")(out.token_loss, inp.mask)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logp.grad).all() and logp.grad[0, 1] == 0
+    assert all(math.isfinite(v) for v in out.metrics.values())
+
+
+@pytest.mark.parametrize("name", ["ppo_clip", "dapo"])
+def test_a_huge_log_ratio_on_a_trained_token_gives_finite_gradients(name):
+    logp = torch.tensor([[99.0, -1.0]], requires_grad=True)  # log-ratio +100 against the behaviour policy
+    inp = PolicyInputs(mask=torch.ones(1, 2), advantages=torch.tensor([[-1.0, 1.0]]),
+                       behaviour_logp=torch.tensor([[-1.0, -1.0]]), proximal_logp=torch.zeros(1, 2))
+    loss = aggregations.get("token_mean")(policy_losses.get(name)(inp, logp).token_loss, inp.mask)
+    loss.backward()
+    assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
+
+
+def test_k3_is_clamped_like_verl():
+    logp = torch.tensor([0.0, 0.0, 0.0], requires_grad=True)
+    ref = torch.tensor([25.0, -25.0, math.log(2.0)])  # log r = 25 gave 7.2e10 unclamped
+    k3 = kl_estimators.get("k3")(logp, ref)
+    assert k3[:2].tolist() == [10.0, 10.0]  # clamp(e^±20 − 1 ∓ 20) at 10
+    assert k3[2].item() == pytest.approx(1 - math.log(2.0))
+    k3.sum().backward()
+    assert logp.grad.tolist()[:2] == [0.0, 0.0] and logp.grad[2].item() == pytest.approx(1 - 2.0)

@@ -4,10 +4,10 @@ Importing this package registers every built-in; a config names one by short nam
 """
 
 from . import aggregation, cispo, decoupled_ppo, gspo, kl, ppo, reinforce  # noqa: F401  (registers)
-from .base import LossOut, PolicyInputs, aggregations, kl_estimators, masked_mean, policy_losses
+from .base import LossOut, PolicyInputs, Totals, aggregations, kl_estimators, masked, masked_mean, policy_losses
 from .dpo import DPOOut, dpo_loss
 from .kl import entropy
 from .sft import sft_token_loss
 
-__all__ = ["DPOOut", "LossOut", "PolicyInputs", "aggregations", "dpo_loss", "entropy", "kl_estimators",
-           "masked_mean", "policy_losses", "sft_token_loss"]
+__all__ = ["DPOOut", "LossOut", "PolicyInputs", "Totals", "aggregations", "dpo_loss", "entropy", "kl_estimators",
+           "masked", "masked_mean", "policy_losses", "sft_token_loss"]

@@ -2,6 +2,10 @@
 
 Tensor shapes: B sequences, T positions of the shifted sequence (token t+1 predicted at t).
 Every per-token tensor is zero where `mask` is 0 (prompt, padding, observation tokens).
+
+Numbers stay finite: log-ratios are clamped to ±20 before `exp` (as verl does; e^20 ≈ 4.9e8 is
+still finite in fp32, so 0 × it is 0 in the backward pass too), and masking uses `torch.where`,
+because an overflow at a masked position times a mask of 0 is NaN, not 0.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from kernel.registry import Registry
 policy_losses: Registry = Registry("policy loss")
 aggregations: Registry = Registry("aggregation")
 kl_estimators: Registry = Registry("kl estimator")
+
+MAX_LOG_RATIO = 20.0
 
 
 @dataclass
@@ -35,15 +41,45 @@ class LossOut:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Totals:
+    """The normalisers of one optimizer step: its trained tokens and its sequences, over every
+    micro-batch and rank. Aggregating a micro-batch against them makes the summed micro-batch
+    losses equal the loss of the step in one pass."""
+
+    tokens: float
+    sequences: int
+
+    @classmethod
+    def of(cls, mask: torch.Tensor) -> "Totals":
+        return cls(float(mask.sum()), int(mask.shape[0]))
+
+
+def masked(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """x where mask is on, else 0 (also where x is inf or NaN)."""
+    return torch.where(mask > 0, x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum() / mask.sum().clamp(min=1)
+    return masked(x, mask).sum() / mask.sum().clamp(min=1)
 
 
-def ratio_metrics(ratio: torch.Tensor, mask: torch.Tensor, clipped: torch.Tensor) -> dict[str, float]:
-    """Mean / min / max importance ratio over real tokens and the fraction where clipping bit."""
-    ratio, on = ratio.detach(), mask > 0
+def ratio(logp: torch.Tensor, other_logp: torch.Tensor) -> torch.Tensor:
+    """π / π_other from log-probs, the log-ratio clamped to ±MAX_LOG_RATIO first."""
+    return torch.exp((logp - other_logp).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))
+
+
+def ratio_metrics(r: torch.Tensor, mask: torch.Tensor, clipped: torch.Tensor) -> dict[str, float]:
+    """Importance-ratio statistics over real tokens: mean / min / max, the fraction where clipping
+    bit (below 1 and above 1 apart), and PPO's approximate KL, mean of (r − 1) − log r."""
+    r, on = r.detach(), mask > 0
     if not on.any():
-        return {"clip_fraction": 0.0, "ratio_mean": 1.0, "ratio_min": 1.0, "ratio_max": 1.0}
-    return {"clip_fraction": masked_mean(clipped.float(), mask).item(),
-            "ratio_mean": masked_mean(ratio, mask).item(),
-            "ratio_min": ratio[on].min().item(), "ratio_max": ratio[on].max().item()}
+        return {"clip_fraction": 0.0, "clip_fraction_low": 0.0, "clip_fraction_high": 0.0, "approx_kl": 0.0,
+                "ratio_mean": 1.0, "ratio_min": 1.0, "ratio_max": 1.0}
+    clipped = clipped & on
+    return {"clip_fraction": masked_mean(clipped.to(r.dtype), mask).item(),
+            "clip_fraction_low": masked_mean((clipped & (r < 1)).to(r.dtype), mask).item(),
+            "clip_fraction_high": masked_mean((clipped & (r > 1)).to(r.dtype), mask).item(),
+            "approx_kl": masked_mean(r - 1 - torch.log(r), mask).item(),
+            "ratio_mean": masked_mean(r, mask).item(),
+            "ratio_min": r[on].min().item(), "ratio_max": r[on].max().item()}

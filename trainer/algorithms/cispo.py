@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import torch
 
-from .base import LossOut, PolicyInputs, policy_losses, ratio_metrics
+from .base import LossOut, PolicyInputs, masked, policy_losses, ratio, ratio_metrics
 
 
 @policy_losses.register("cispo")
 def cispo(inp: PolicyInputs, logp: torch.Tensor, *, eps_low: float = 1.0, eps_high: float = 0.28) -> LossOut:
-    ratio = torch.exp(logp.detach() - inp.behaviour_logp)  # [B, T], no gradient
-    weight = ratio.clamp(1 - eps_low, 1 + eps_high)  # [B, T]
-    loss = -weight * inp.advantages * logp * inp.mask  # [B, T]
-    return LossOut(loss, ratio_metrics(ratio, inp.mask, weight != ratio))
+    r = ratio(logp.detach(), inp.behaviour_logp)  # [B, T], no gradient
+    weight = r.clamp(1 - eps_low, 1 + eps_high)  # [B, T]
+    loss = masked(-weight * inp.advantages * logp, inp.mask)  # [B, T]
+    return LossOut(loss, ratio_metrics(r, inp.mask, weight != r))

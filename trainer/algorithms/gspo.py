@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import torch
 
-from .base import LossOut, PolicyInputs, policy_losses, ratio_metrics
+from .base import MAX_LOG_RATIO, LossOut, PolicyInputs, masked, policy_losses, ratio_metrics
 
 
 @policy_losses.register("gspo")
 def gspo(inp: PolicyInputs, logp: torch.Tensor, *, eps_low: float = 3e-4, eps_high: float = 4e-4) -> LossOut:
     mask = inp.mask  # [B, T]
     lengths = mask.sum(-1).clamp(min=1)  # [B]
-    log_s = ((logp - inp.behaviour_logp) * mask).sum(-1) / lengths  # [B]
-    s_token = torch.exp(log_s.detach()[:, None] + logp - logp.detach())  # [B, T], value s_i everywhere
+    log_s = masked(logp - inp.behaviour_logp, mask).sum(-1) / lengths  # [B]
+    log_s = log_s.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)
+    lp = masked(logp, mask)  # an overflow at a masked position must not reach the exp
+    s_token = torch.exp(log_s.detach()[:, None] + lp - lp.detach())  # [B, T], value s_i everywhere
     adv = inp.advantages  # [B, T]
     unclipped = s_token * adv
     clipped = s_token.clamp(1 - eps_low, 1 + eps_high) * adv
-    loss = -torch.minimum(unclipped, clipped) * mask  # [B, T]
+    loss = masked(-torch.minimum(unclipped, clipped), mask)  # [B, T]
     return LossOut(loss, ratio_metrics(s_token, mask, clipped < unclipped))

@@ -10,22 +10,22 @@ from __future__ import annotations
 
 import torch
 
-from .base import LossOut, PolicyInputs, policy_losses, ratio_metrics
+from .base import LossOut, PolicyInputs, masked, policy_losses, ratio, ratio_metrics
 
 
 def clipped_surrogate(inp: PolicyInputs, logp: torch.Tensor, eps_low: float, eps_high: float,
                       dual_clip: float | None) -> LossOut:
-    ratio = torch.exp(logp - inp.behaviour_logp)  # [B, T]
+    r = ratio(logp, inp.behaviour_logp)  # [B, T]
     adv = inp.advantages  # [B, T]
-    unclipped = ratio * adv
-    clipped = ratio.clamp(1 - eps_low, 1 + eps_high) * adv
+    unclipped = r * adv
+    clipped = r.clamp(1 - eps_low, 1 + eps_high) * adv
     loss = -torch.minimum(unclipped, clipped)  # [B, T]
     bit = clipped < unclipped  # the clipped branch was taken
     if dual_clip is not None:
         if dual_clip <= 1:
             raise ValueError(f"dual_clip: expected a constant > 1, got {dual_clip}")
         loss = torch.where(adv < 0, torch.minimum(loss, -dual_clip * adv), loss)
-    return LossOut(loss * inp.mask, ratio_metrics(ratio, inp.mask, bit))
+    return LossOut(masked(loss, inp.mask), ratio_metrics(r, inp.mask, bit))
 
 
 @policy_losses.register("ppo_clip")

@@ -12,19 +12,19 @@ from __future__ import annotations
 
 import torch
 
-from .base import LossOut, PolicyInputs, policy_losses, ratio_metrics
+from .base import LossOut, PolicyInputs, masked, policy_losses, ratio, ratio_metrics
 
 
 @policy_losses.register("reinforce")
 def reinforce(inp: PolicyInputs, logp: torch.Tensor) -> LossOut:
-    weight = torch.exp(logp.detach() - inp.behaviour_logp)  # [B, T]
-    loss = -weight * inp.advantages * logp * inp.mask  # [B, T]
+    weight = ratio(logp.detach(), inp.behaviour_logp)  # [B, T]
+    loss = masked(-weight * inp.advantages * logp, inp.mask)  # [B, T]
     return LossOut(loss, ratio_metrics(weight, inp.mask, torch.zeros_like(weight, dtype=torch.bool)))
 
 
 @policy_losses.register("truncated_is")
 def truncated_is(inp: PolicyInputs, logp: torch.Tensor, *, cap: float = 2.0) -> LossOut:
-    ratio = torch.exp(logp.detach() - inp.behaviour_logp)  # [B, T]
-    weight = ratio.clamp(max=cap)  # [B, T]
-    loss = -weight * inp.advantages * logp * inp.mask  # [B, T]
-    return LossOut(loss, ratio_metrics(ratio, inp.mask, ratio > cap))
+    r = ratio(logp.detach(), inp.behaviour_logp)  # [B, T]
+    weight = r.clamp(max=cap)  # [B, T]
+    loss = masked(-weight * inp.advantages * logp, inp.mask)  # [B, T]
+    return LossOut(loss, ratio_metrics(r, inp.mask, r > cap))
