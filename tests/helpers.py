@@ -2,10 +2,55 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
+
+from schemas import Experience, Record, decode
+from streams import KafkaSettings, RecordProducer
+from streams.consumer import read_to_end
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- records -----------------------------------------------------------------------------------
+
+def exp(group: str = "g", index: int = 0, size: int = 4, reward: float | None = 1.0, text: str = "ok",
+        tokens: int = 3, finish: str = "stop", version: int = 0, task: str | None = None, **kw) -> Experience:
+    """Sample `index` of prompt group `group`, as a rollout worker publishes it (no advantages yet)."""
+    return Experience(experience_id=f"{group}/{index}", task_id=task or group, group_id=group, group_size=size,
+                      sample_index=index, prompt_text="p", prompt_tokens=[1, 2], response_text=text,
+                      response_tokens=list(range(5, 5 + tokens)), reward=reward, policy_version=version,
+                      finish_reason=finish, **kw)
+
+
+def group(name: str, rewards: list[float | None], **kw) -> list[Experience]:
+    """A whole prompt group, sample i with rewards[i]."""
+    return [exp(name, i, len(rewards), r, text=f"answer {i}", **kw) for i, r in enumerate(rewards)]
+
+
+def trainable(group: str, index: int, size: int = 2, *, tokens: int = 3, **kw) -> Experience:
+    """An experience as the trainer receives it: behaviour log-probs and an advantage on every token."""
+    return exp(group, index, size, tokens=tokens, behaviour_logprobs=[-1.0] * tokens, advantages=[1.0] * tokens, **kw)
+
+
+# -- topics and configs ------------------------------------------------------------------------
+
+def produce(kafka: KafkaSettings, topic: str, records: list[Record], key_of=lambda r: r.group_id) -> None:
+    """Send `records` to `topic`, keyed like the stage that makes them (a group per partition); flushed."""
+    with RecordProducer(kafka) as producer:
+        for r in records:
+            producer.send(topic, r, key=key_of(r))
+
+
+def read_all(kafka: KafkaSettings, topic: str, expect: type[Record] | tuple | None = None) -> list:
+    """Every record on `topic` now (decoded and validated as `expect`), in partition order."""
+    return [decode(value, expect=expect) for value in read_to_end(kafka, topic)]
 
 
 def write_config(path: Path, namespace: str, **sections: Any) -> Path:
@@ -13,3 +58,40 @@ def write_config(path: Path, namespace: str, **sections: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump({"namespace": namespace, "model": {"source": "tiny"}, **sections}))
     return path
+
+
+# -- waiting and processes ---------------------------------------------------------------------
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition",
+             proc: subprocess.Popen | None = None, every: float = 0.2) -> Any:
+    """The first truthy value of `predicate()`; fails on timeout, or at once when `proc` has exited."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"process exited ({proc.returncode}) before {what}:\n{proc.communicate()[0][-5000:]}")
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(every)
+
+
+def env(**extra: str) -> dict[str, str]:
+    """Environment of a child process, read when a test runs (the broker fixture exports $UNDERTOW_BOOTSTRAP).
+    PYTHONFAULTHANDLER: a hung child killed with SIGABRT prints where every thread was."""
+    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONFAULTHANDLER="1", **extra)
+
+
+def cli(*args: str, timeout: float = 120, **extra_env: str) -> subprocess.CompletedProcess:
+    """Run `undertow …` as a subprocess; fails the test with its output when it fails."""
+    done = subprocess.run([sys.executable, "-m", "infra.cli", *args], env=env(**extra_env), cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-5000:]
+    return done
+
+
+def start_cli(*args: str, **extra_env: str) -> subprocess.Popen:
+    """Start `undertow …`; its output (stdout and stderr together) is the Popen's stdout."""
+    return subprocess.Popen([sys.executable, "-m", "infra.cli", *args], env=env(**extra_env), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

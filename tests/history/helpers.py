@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-import yaml
-
 from kernel.models import ModelSpec, build_tokenizer
-from schemas import Experience, MetricEvent, Record
-from streams import KafkaSettings, RecordProducer
+from schemas import Experience, MetricEvent
 
 SPEC = ModelSpec()
 REWARDS = [1.0, 0.0, 0.5, 0.25]  # per sample index: best is 0, worst is 1
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_group(g: int, *, version: int = 0) -> list[Experience]:
@@ -42,32 +33,3 @@ def recorded_run(groups: int) -> list[Experience]:
 
 def metric(step: int, loss: float) -> MetricEvent:
     return MetricEvent(component="trainer", values={"loss": loss}, step=step)
-
-
-def produce(kafka: KafkaSettings, topic: str, records: list[Record], key_of=lambda r: r.group_id) -> None:
-    with RecordProducer(kafka) as producer:
-        for r in records:
-            producer.send(topic, r, key=key_of(r))
-
-
-def write_config(directory: Path, namespace: str, **sections) -> Path:
-    path = directory / f"{namespace}.yaml"
-    path.write_text(yaml.safe_dump({"namespace": namespace, "model": SPEC.model_dump(), **sections}))
-    return path
-
-
-def env(**extra: str) -> dict[str, str]:
-    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONFAULTHANDLER="1", **extra)
-
-
-def cli(*args: str, timeout: float = 120, **extra_env: str) -> subprocess.CompletedProcess:
-    """Run `undertow …` as a subprocess; fails the test with its output when it fails."""
-    done = subprocess.run([sys.executable, "-m", "infra.cli", *args], env=env(**extra_env), cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-5000:]
-    return done
-
-
-def start_cli(*args: str, **extra_env: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "infra.cli", *args], env=env(**extra_env), cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -16,7 +16,9 @@ from streams.archive_store import ArchiveStore
 from streams.history import History
 from streams.replay import Selection, replay
 
-from .helpers import cli, make_group, metric, produce, start_cli, write_config
+from tests.helpers import cli, produce, read_all, start_cli, write_config
+
+from .helpers import make_group, metric
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -45,7 +47,7 @@ def test_archive_survives_kill_and_history_replays(kafka, namespace, tmp_path: P
     with RecordProducer(kafka) as p:
         p.send_bytes(topics.raw, b"\x93not a record", key="bad")
     produce(kafka, topics.metrics, [metric(1, 2.0), metric(2, 1.0)], key_of=lambda r: r.component)
-    config = write_config(tmp_path, namespace, archive={"root": str(root), "flush_records": 5, "flush_seconds": 0.2})
+    config = write_config(tmp_path / f"{namespace}.yaml", namespace, archive={"root": str(root), "flush_records": 5, "flush_seconds": 0.2})
 
     archiver = start_cli("archive", str(config))
     store = ArchiveStore(str(root), namespace)
@@ -109,6 +111,4 @@ def test_archive_survives_kill_and_history_replays(kafka, namespace, tmp_path: P
 
 
 def read_ids(kafka, topic: str) -> list[str]:
-    from tests.trainer.helpers import read_all
-
     return [r.experience_id for r in read_all(kafka, topic, expect=Experience)]

@@ -11,7 +11,9 @@ from streams.archive import ArchiveConfig, Archiver
 from streams.history import History
 from streams.replay import Selection, replay
 
-from .helpers import make_group, produce, start_cli, write_config
+from tests.helpers import produce, start_cli, write_config
+
+from .helpers import make_group
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 GROUPS = 12
@@ -41,7 +43,7 @@ def test_offline_sft_and_dpo_from_a_replay_lower_their_loss(kafka, namespace, tm
         with RecordProducer(kafka) as producer:
             result = replay(history, Selection(where="reward IS NOT NULL"), shape, producer, Topics(target).ready)
         assert result.selected == 4 * GROUPS and result.sent == GROUPS  # one best sample / one pair per group
-        config = write_config(tmp_path, target, trainer={
+        config = write_config(tmp_path / f"{target}.yaml", target, trainer={
             "checkpoint_dir": str(tmp_path / "ckpt"), "checkpoint_every": 100,
             "engine": {"lr": 0.01, "master_port": port},
             "batching": {"experiences": 2, "max_wait_s": 1.0}, "algorithm": {"objective": objective}})

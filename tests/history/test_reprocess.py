@@ -10,7 +10,9 @@ from streams import Topics
 from streams.archive import ArchiveConfig, Archiver
 from streams.history import History
 
-from .helpers import REWARDS, cli, make_group, produce, start_cli, write_config
+from tests.helpers import cli, produce, start_cli, write_config
+
+from .helpers import REWARDS, make_group
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -24,7 +26,7 @@ def test_replayed_raw_experiences_go_through_new_processors(kafka, namespace, tm
     sent = cli("replay", "--root", str(root), "-n", namespace, "--view", "raw", "--into", "raw",
                "--shape", "unprocessed", "--to", target).stdout
     assert "replayed 12 records" in sent
-    config = write_config(tmp_path, target, processors={
+    config = write_config(tmp_path / f"{target}.yaml", target, processors={
         "pipeline": ["clean", {"name": "reshape", "advantage": "rloo"}], "app_id": f"proc-{target}"})
     proc = start_cli("process", str(config), "--idle-exit", "4")
     out, _ = proc.communicate(timeout=180)

@@ -19,7 +19,7 @@ from schemas.events import MAX_ORIGINAL_BYTES
 from streams import KafkaSettings, RecordProducer, Topics
 from streams.topics import MAX_MESSAGE_BYTES
 from tests.hostile.helpers import TopicReader, f32, fields_of, fresh_namespace, pack, train_ids, trainer_feed
-from tests.processors.helpers import exp, group
+from tests.helpers import exp, group
 from tests.processors.test_broker import start, stop
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]

@@ -12,7 +12,7 @@ from rollout.config import RolloutRunConfig, load_run_config
 from rollout.weight_subscriber import WeightSubscriber
 from rollout.worker import RolloutWorker
 from tests.hostile.helpers import fields_of, fresh_namespace, pack
-from tests.rollout.conftest import read_all, wait_for, write_config
+from tests.helpers import read_all, wait_for, write_config
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 

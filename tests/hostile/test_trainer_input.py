@@ -11,7 +11,7 @@ import pytest
 from schemas import MAX_RECORD_BYTES, Experience, Rejected, Task, encode
 from streams import RecordProducer, Topics
 from tests.hostile.helpers import TopicReader, f32, fields_of, fresh_namespace, pack, train_ids, trainer_feed
-from tests.processors.helpers import exp
+from tests.helpers import exp
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 

@@ -5,16 +5,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import time
 
 from infra.supervisor import Supervisor
-
-
-def wait_for(cond, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
+from tests.helpers import wait_for
 
 
 def test_a_killed_child_is_restarted_with_its_arguments(tmp_path):

@@ -15,9 +15,8 @@ from kafka import KafkaConsumer, TopicPartition
 
 from schemas import Experience, Rejected
 from streams import RecordProducer, Topics, connect
-from tests.processors.helpers import exp
+from tests.helpers import exp, read_all
 from tests.processors.test_broker import read, stop
-from tests.read_topic import read_all
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ import yaml
 
 from schemas import Experience, MetricEvent, Rejected, TaskStat
 from streams import RecordConsumer, RecordProducer, Topics
-from tests.processors.helpers import exp
+from tests.helpers import exp
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,15 +53,18 @@ def read(kafka, topic: str, expect, want: int, timeout: float = 120.0, proc=None
     return got
 
 
-def rloo(rewards):
-    g = len(rewards)
-    return [(r * g - sum(rewards)) / (g - 1) for r in rewards]
+# RLOO (Ahmadian et al. 2024): A_i = r_i − mean of the others = (G·r_i − Σr) / (G − 1), worked by hand
+# for each group's rewards (G = 4). g0 loses sample 1 (too long): rewards 1, 0, 0 over samples 0, 2, 3.
+RLOO = {(1.0, 0.0, 0.0, 0.0): [1.0, -1 / 3, -1 / 3, -1 / 3],  # Σr = 1: (4 − 1)/3, (0 − 1)/3
+        (1.0, 0.5, 0.5, 0.0): [2 / 3, 0.0, 0.0, -2 / 3],      # Σr = 2: (4 − 2)/3, (2 − 2)/3, (0 − 2)/3
+        (0.5, 0.0, 1.0, 1.0): [-1 / 6, -5 / 6, 0.5, 0.5]}     # Σr = 2.5: (2 − 2.5)/3, (0 − 2.5)/3, (4 − 2.5)/3
+G0_WITHOUT_SAMPLE_1 = {0: 1.0, 2: -0.5, 3: -0.5}  # G = 3, Σr = 1: (3 − 1)/2, (0 − 1)/2
 
 
 def test_groups_advantages_and_rejects_through_a_faust_worker(kafka, namespace, tmp_path):
     topics, rng = Topics(namespace), random.Random(4)
-    rewards = {f"g{i}": [rng.choice([0.0, 0.5, 1.0]) for _ in range(4)] for i in range(12)}
-    rewards["g0"] = [1.0, 0.0, 0.0, 0.0]
+    patterns = list(RLOO)
+    rewards = {f"g{i}": list(patterns[i % len(patterns)]) for i in range(12)}  # g0: 1, 0, 0, 0
     rewards["flat"] = [1.0] * 4
     samples = [exp(g, i, 4, r, text=f"answer {g} {i}") for g, rs in rewards.items() for i, r in enumerate(rs)]
     samples[1] = exp("g0", 1, 4, 0.0, text="way too long", tokens=30)
@@ -84,9 +87,10 @@ def test_groups_advantages_and_rejects_through_a_faust_worker(kafka, namespace, 
         assert {r.record_id for r in rejected if r.reason == "zero_variance"} == {f"flat/{i}" for i in range(4)}
         assert len({e.experience_id for e in ready}) == len(ready) == 12 * 4 - 1
         for e in ready:
-            group = rewards[e.group_id] if e.group_id != "g0" else [1.0, 0.0, 0.0]  # g0/1 was too long
-            index = e.sample_index if e.group_id != "g0" else [0, 2, 3].index(e.sample_index)
-            want = 0.0 if len(set(group)) == 1 else rloo(group)[index]
+            if e.group_id == "g0":
+                want = G0_WITHOUT_SAMPLE_1[e.sample_index]
+            else:
+                want = RLOO[tuple(rewards[e.group_id])][e.sample_index]
             assert e.advantages == pytest.approx([want] * 3, abs=1e-6), e.experience_id
             assert e.response_text == f"ANSWER {e.group_id.upper()} {e.sample_index}!"  # the plugin ran
             assert e.priority == pytest.approx(0.01 + abs(want), abs=1e-6)

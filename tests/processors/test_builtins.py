@@ -6,7 +6,7 @@ import pytest
 
 from processors import Harness
 from processors.pipeline import Pipeline
-from tests.processors.helpers import exp, group
+from tests.helpers import exp, group
 
 P = "tests.processors.plugins"
 

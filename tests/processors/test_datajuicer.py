@@ -4,7 +4,7 @@ import data_juicer.ops  # noqa: F401  CI installs it (infra/requirements-nodeps.
 import pytest
 
 from processors import Harness
-from tests.processors.helpers import exp
+from tests.helpers import exp
 
 
 def test_filters_drop_and_mappers_rewrite():

@@ -4,7 +4,7 @@ import pytest
 
 from processors import Harness
 from kernel.registry import RegistryError
-from tests.processors.helpers import exp, group
+from tests.helpers import exp, group
 
 P = "tests.processors.plugins"
 

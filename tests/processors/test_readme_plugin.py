@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from processors import Harness
-from tests.processors.helpers import exp, group
+from tests.helpers import exp, group
 
 
 def test_readme_plugin_example():

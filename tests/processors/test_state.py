@@ -3,7 +3,7 @@
 from processors import Harness
 from processors.groups import Arrival, GroupBuffer
 from processors.state import DedupeWindow, MemoryStore, StageContext, content_hash
-from tests.processors.helpers import exp, group
+from tests.helpers import exp, group
 
 
 class CountingStore(MemoryStore):

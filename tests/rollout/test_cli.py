@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,15 +12,10 @@ from schemas import Experience, Task
 from streams import Topics
 from rollout.config import FeedRunConfig, RolloutRunConfig, load_run_config
 from rollout.feed_runner import build_sampler
-from tests.rollout.conftest import read_all
+from tests.helpers import env, read_all
 
 ROOT = Path(__file__).resolve().parents[2]
 UNDERTOW = [sys.executable, "-m", "infra.cli"]
-
-
-def env() -> dict[str, str]:
-    """Read when a test runs: the broker fixture exports $UNDERTOW_BOOTSTRAP."""
-    return {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
 def test_every_shipped_rollout_example_loads_and_builds_its_tasksets(monkeypatch):

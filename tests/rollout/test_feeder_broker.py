@@ -15,7 +15,7 @@ from streams.consumer import read_to_end
 from rollout.config import FeedRunConfig, load_run_config, rollout_group
 from rollout.feed_runner import Feeder
 from rollout.feeder.sampler import draw_index
-from tests.rollout.conftest import read_all, wait_for
+from tests.helpers import read_all, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 

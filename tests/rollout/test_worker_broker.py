@@ -12,7 +12,7 @@ from schemas import Experience, Rejected, Task, chunk_weights
 from streams import RecordProducer, Topics
 from rollout.config import RolloutRunConfig, load_run_config, rollout_group
 from rollout.worker import RolloutWorker
-from tests.rollout.conftest import read_all, wait_for
+from tests.helpers import read_all, wait_for
 from tests.rollout.test_generation import trainer_logprobs
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]

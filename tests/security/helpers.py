@@ -15,7 +15,7 @@ import yaml
 from infra.broker import LocalKafka
 from schemas import Experience
 from streams import KafkaSettings, RecordProducer, Topics
-from tests.processors.helpers import group
+from tests.helpers import group
 from trainer.config import BatchingConfig
 from trainer.feed import Feed
 

@@ -10,7 +10,7 @@ import pytest
 
 from streams.faust.watchdog import STALLED
 from streams import RecordProducer, Topics
-from tests.processors.helpers import exp
+from tests.helpers import exp
 from tests.processors.test_broker import ROOT, start, stop
 
 WEDGE = """

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import torch
-import yaml
 
 from kernel.models import ModelSpec, build_model, build_tokenizer
-from schemas import Experience, Record
+from schemas import Experience
 from schemas.logprobs import sequence_logprobs
-from streams import KafkaSettings, RecordProducer
-from tests.read_topic import read_all  # noqa: F401 — the trainer tests import it from here
+from tests.helpers import env, produce, read_all, write_config as write_run_config  # noqa: F401 — produce, read_all: the trainer tests import them from here
 
 SPEC = ModelSpec()
 PYTHON = sys.executable
@@ -47,23 +44,15 @@ def make_group(group_id: str, *, size: int = 4, version: int = 0, model=None) ->
     return out
 
 
-def produce(kafka: KafkaSettings, topic: str, records: list[Record], key_of=lambda r: r.group_id) -> None:
-    with RecordProducer(kafka) as producer:
-        for r in records:
-            producer.send(topic, r, key=key_of(r))
-
-
 def write_config(directory: Path, namespace: str, trainer: dict) -> Path:
-    cfg = {"namespace": namespace, "model": SPEC.model_dump(), "rollout": {"ignored": "by the trainer"},
-           "trainer": {"checkpoint_dir": str(directory / "ckpt"), **trainer}}
-    path = directory / "run.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
+    """`directory/run.yaml` with the trainer section (checkpoints under `directory/ckpt`) and a rollout
+    section the trainer must ignore."""
+    return write_run_config(directory / "run.yaml", namespace, rollout={"ignored": "by the trainer"},
+                            trainer={"checkpoint_dir": str(directory / "ckpt"), **trainer})
 
 
 def trainer_env(port: int) -> dict[str, str]:
-    # PYTHONFAULTHANDLER: a hung trainer killed with SIGABRT prints where every thread was.
-    return dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", MASTER_PORT=str(port), PYTHONFAULTHANDLER="1")
+    return env(MASTER_PORT=str(port))
 
 
 def finish(proc: subprocess.Popen, timeout: float) -> str:

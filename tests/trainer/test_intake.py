@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
-import pytest
-
-from tests.record_examples import make_examples
+from tests.helpers import trainable
 from trainer.intake import GroupAssembler, Item, OffsetTracker, TrainedIds, check_experience
 from trainer.sampling import Window
 
 P0, P1 = ("ready", 0), ("ready", 1)
 
 
-def exp(gid: str, i: int, size: int = 2, version: int = 0, priority: float = 1.0, tokens: int = 3):
-    base = make_examples()["experience"]
-    return base.model_copy(update=dict(experience_id=f"{gid}/{i}", group_id=gid, group_size=size, sample_index=i,
-                                       policy_version=version, priority=priority,
-                                       response_tokens=[1] * tokens, behaviour_logprobs=[-1.0] * tokens,
-                                       loss_mask=[], advantages=[1.0] * tokens))
-
-
 def test_stale_and_incomplete_experiences_are_refused_with_reasons():
-    assert check_experience(exp("g", 0, version=3), version=5, max_staleness=2).reason is None
-    stale = check_experience(exp("g", 0, version=2), version=5, max_staleness=2)
+    assert check_experience(trainable("g", 0, version=3), version=5, max_staleness=2).reason is None
+    stale = check_experience(trainable("g", 0, version=2), version=5, max_staleness=2)
     assert stale.reason == "stale" and "3 steps behind" in stale.detail
-    assert check_experience(exp("g", 0).model_copy(update={"advantages": []}), 0, 4).reason == "invalid"
-    assert check_experience(exp("g", 0).model_copy(update={"behaviour_logprobs": []}), 0, 4).reason == "invalid"
+    assert check_experience(trainable("g", 0).model_copy(update={"advantages": []}), 0, 4).reason == "invalid"
+    assert check_experience(trainable("g", 0).model_copy(update={"behaviour_logprobs": []}), 0, 4).reason == "invalid"
 
 
 def test_trained_ids_are_bounded_oldest_first():
@@ -46,11 +36,11 @@ def test_offsets_commit_only_up_to_the_oldest_held_record():
 
 def test_groups_complete_or_time_out():
     a = GroupAssembler(timeout_s=10)
-    assert a.add(Item(exp("g", 0), P0, 0), now=0) is None
-    assert a.add(Item(exp("g", 0), P0, 5), now=1) is None  # a redelivered copy is not a second sample
-    group = a.add(Item(exp("g", 1), P0, 1), now=2)
+    assert a.add(Item(trainable("g", 0), P0, 0), now=0) is None
+    assert a.add(Item(trainable("g", 0), P0, 5), now=1) is None  # a redelivered copy is not a second sample
+    group = a.add(Item(trainable("g", 1), P0, 1), now=2)
     assert group is not None and [i.offset for i in group.items] == [0, 1]
-    a.add(Item(exp("h", 0, size=3), P0, 2), now=3)
+    a.add(Item(trainable("h", 0, size=3), P0, 2), now=3)
     assert a.expired(now=12) == [] and len(a.expired(now=13)[0].items) == 1 and len(a) == 0
 
 
@@ -59,7 +49,7 @@ def groups(*specs):
     a = GroupAssembler(60)
     for gid, size, priority, tokens in specs:
         for i in range(size):
-            g = a.add(Item(exp(gid, i, size, priority=priority, tokens=tokens), P0, 0), 0)
+            g = a.add(Item(trainable(gid, i, size, priority=priority, tokens=tokens), P0, 0), 0)
         out.append(g)
     return out
 
@@ -70,8 +60,8 @@ def test_window_batches_whole_groups_by_count_or_tokens():
         w.put(g)
     assert w.ready(experiences=8, token_budget=None)
     assert [g.group_id for g in w.take(experiences=5, token_budget=None)] == ["a"]  # b would overflow 5
-    # prompt tokens 3 + response 3 = 6 per sample: b is 24 tokens, c 12
-    assert [g.group_id for g in w.take(experiences=None, token_budget=30)] == ["b"]
+    # prompt tokens 2 + response 3 = 5 per sample: b is 20 tokens, c 10 (b and c: 30)
+    assert [g.group_id for g in w.take(experiences=None, token_budget=29)] == ["b"]
     assert [g.group_id for g in w.take(experiences=None, token_budget=1)] == ["c"]  # one group at least
     assert len(w) == 0
 

@@ -12,6 +12,7 @@ import pytest
 from kafka import KafkaConsumer, TopicPartition
 
 from streams import Topics
+from tests.helpers import wait_for
 
 from .helpers import finish, make_group, produce, start_trainer, write_config
 
@@ -21,14 +22,6 @@ pytestmark = [pytest.mark.broker, pytest.mark.slow]
 def ledger(root: Path) -> list[dict]:
     path = root / "ledger.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def wait_for(predicate, proc, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert proc.poll() is None, proc.communicate()[0][-5000:]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.2)
 
 
 def test_sigkill_then_resume_trains_every_experience_exactly_once(kafka, namespace, tmp_path: Path):
@@ -42,15 +35,15 @@ def test_sigkill_then_resume_trains_every_experience_exactly_once(kafka, namespa
     first = start_trainer(config, port=29541)
     for b in range(3):  # one batch at a time, so the kill lands right after step 3
         produce(kafka, topics.ready, batches[b])
-        wait_for(lambda: len(ledger(root)) == b + 1, first)
-    wait_for(lambda: (root / "LATEST").exists() and (root / "LATEST").read_text() == "step-00000002", first)
+        wait_for(lambda: len(ledger(root)) == b + 1, 120, proc=first)
+    wait_for(lambda: (root / "LATEST").exists() and (root / "LATEST").read_text() == "step-00000002", 120, proc=first)
     first.kill()
     first.communicate()
     assert len(ledger(root)) == 3  # step 3 ran, but its checkpoint never happened
 
     produce(kafka, topics.ready, batches[3] + batches[4])
     second = start_trainer(config, port=29542)
-    wait_for(lambda: len(ledger(root)) == 5 and ledger(root)[-1]["step"] == 5, second)
+    wait_for(lambda: len(ledger(root)) == 5 and ledger(root)[-1]["step"] == 5, 120, proc=second)
     time.sleep(0.5)
     second.send_signal(signal.SIGTERM)
     out = finish(second, 120)
