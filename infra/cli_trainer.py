@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -21,12 +23,23 @@ def load_train_config(path: Path):
 def train(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="Run config (YAML)."),
           max_steps: Optional[int] = typer.Option(None, help="Stop after this many optimizer steps in total."),
           idle_timeout: Optional[float] = typer.Option(None, help="Stop after this many seconds without data."),
+          nproc: int = typer.Option(1, min=1, help="Data-parallel trainer processes on this machine (torchrun)."),
           ) -> None:
     """Train on ready experiences until SIGTERM / Ctrl-C (or a budget); checkpoint and publish on the way out."""
     from trainer.runner import Budget, run
 
     with user_errors():
-        cfg = load_train_config(config)
+        cfg = load_train_config(config)  # a bad config fails here, before any process starts
+        if nproc > 1 and "LOCAL_RANK" not in os.environ:
+            _exec_torchrun(nproc, [str(config), *(["--max-steps", str(max_steps)] if max_steps else []),
+                                   *(["--idle-timeout", str(idle_timeout)] if idle_timeout else [])])
         kafka = resolve_kafka(cfg.kafka)
         state = run(cfg.model, cfg.trainer, kafka, cfg.namespace, Budget(max_steps, idle_timeout))
         console.print(f"trainer stopped at step {state.step} (published version {state.published_version})")
+
+
+def _exec_torchrun(nproc: int, args: list[str]) -> None:
+    """Become torchrun (same pid, so a supervisor's SIGTERM reaches it; it passes it to every rank)."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
+           "-m", "infra.cli", "train", *args]
+    os.execv(sys.executable, cmd)

@@ -157,7 +157,8 @@ class Run:
         cli = [sys.executable, "-m", "infra.cli"]
         started = time.time()
         sup.start("processors", [*cli, "process", str(path), "--workers", str(self.config.run.processor_workers)])
-        sup.start("trainer", [*cli, "train", str(path), *(["--max-steps", str(steps)] if steps else [])])
+        sup.start("trainer", [*cli, "train", str(path), "--nproc", str(self.config.run.trainer_processes),
+                              *(["--max-steps", str(steps)] if steps else [])])
         sup.start("rollout", [*cli, "rollout", str(path)])
         sup.start("feeder", [*cli, "feed", str(path)])
         if self.config.run.archive:

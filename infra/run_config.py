@@ -62,6 +62,7 @@ class RunSection(BaseModel):
     steps: int | None = Field(None, ge=1, description="trainer steps of a single-stage run (null: until Ctrl-C)")
     stages: list[Stage] = Field(default_factory=list, description="stages run in order; empty: one stage")
     processor_workers: int = Field(1, ge=1, description="Faust processor workers")
+    trainer_processes: int = Field(1, ge=1, description="data-parallel trainer ranks (`undertow train --nproc`)")
     live: bool = Field(True, description="show the live view in the terminal")
     refresh_s: float = Field(1.0, gt=0, description="live view refresh period")
     archive: bool = Field(False, description="also run `undertow archive` (the archive section) beside each stage")

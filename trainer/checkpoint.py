@@ -1,7 +1,8 @@
 """Checkpoints: the DeepSpeed state, an HF export, and what the trainer needs to resume exactly.
 
 Layout under the run's directory:
-    step-00000012/            DeepSpeed checkpoint (tag), with hf/ (save_pretrained) and trainer_state.json
+    step-00000012/            DeepSpeed checkpoint (tag), with hf/ (save_pretrained), trainer_state.json
+                              and ranks.json (each rank's weights sha256: they must agree)
     LATEST                    the tag of the newest complete checkpoint (written last, atomically)
     ledger.jsonl              per step: which record ids it trained on (an audit trail; cut back on resume)
 A crash mid-save leaves LATEST at the previous complete checkpoint.
@@ -10,6 +11,7 @@ A crash mid-save leaves LATEST at the previous complete checkpoint.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -17,12 +19,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .engine import export_pretrained
+from .engine import export_pretrained, rank_fingerprints
 from .intake import Partition
 
 LATEST = "LATEST"
 STATE = "trainer_state.json"
 LEDGER = "ledger.jsonl"
+RANKS = "ranks.json"
+log = logging.getLogger(__name__)
 
 
 class PartitionOffset(BaseModel):
@@ -58,7 +62,12 @@ def save_checkpoint(engine: Any, root: Path, state: TrainerState, *, leader: boo
     tag = f"step-{state.step:08d}"
     engine.save_checkpoint(str(root), tag=tag, save_latest=False)
     export_pretrained(engine, root / tag / "hf")
+    fingerprints = rank_fingerprints(engine)
     if leader:
+        if fingerprints is not None:
+            _atomic_write(root / tag / RANKS, json.dumps(fingerprints))
+            if len(set(fingerprints)) > 1:
+                log.error("checkpoint %s: the ranks hold different weights: %s", tag, fingerprints)
         _atomic_write(root / tag / STATE, state.model_dump_json())
         _atomic_write(root / LATEST, tag)
         _prune(root, keep)

@@ -14,10 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from kernel.models import ModelSpec, build_model, weights_to_bytes
 
 from .config import EngineConfig
+from .relay import collective_device
 
 
 @dataclass
@@ -90,11 +92,8 @@ class FiniteGuard:
 
     def step(self, closure: Any = None) -> Any:
         params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
-        device = params[0].device if params else torch.device("cpu")
-        finite = torch.stack([torch.isfinite(p.grad).all() for p in params]).all().float().reshape(1) if params \
-            else torch.ones(1, device=device)
-        import torch.distributed as dist
-
+        finite = torch.stack([torch.isfinite(p.grad).all() for p in params]).all() if params else torch.tensor(True)
+        finite = finite.float().reshape(1).to(collective_device())  # offloaded grads are on the CPU, NCCL's not
         if dist.is_initialized() and dist.get_world_size() > 1:
             dist.all_reduce(finite, op=dist.ReduceOp.MIN)
         if self.clip_norm and params:
@@ -175,7 +174,6 @@ def gathered_weights(engine: Any) -> bytes | None:
     Under ZeRO-3 each rank holds a slice of every parameter: gather them first.
     """
     import deepspeed
-    import torch.distributed as dist
 
     module = engine.module
     leader = dist.get_rank() == 0
@@ -188,7 +186,6 @@ def gathered_weights(engine: Any) -> bytes | None:
 def export_pretrained(engine: Any, directory: Path) -> None:
     """An HF `save_pretrained` copy of the current weights (rank 0 writes; every rank must call it)."""
     import deepspeed
-    import torch.distributed as dist
 
     module = engine.module
     gather = engine.zero_optimization_stage() == 3
@@ -196,3 +193,19 @@ def export_pretrained(engine: Any, directory: Path) -> None:
     with deepspeed.zero.GatheredParameters(params, modifier_rank=None, enabled=gather):
         if dist.get_rank() == 0:
             module.save_pretrained(directory, safe_serialization=True)
+
+
+def rank_fingerprints(engine: Any) -> list[str] | None:
+    """The sha256 of the weights each rank holds (every rank must call it): data-parallel ranks that
+    disagree have silently diverged. None under ZeRO-3, where no rank holds whole weights."""
+    import hashlib
+
+    if engine.zero_optimization_stage() == 3:
+        return None
+    digest = hashlib.sha256()
+    for name, tensor in sorted(engine.module.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    everyone: list[str | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, digest.hexdigest())
+    return everyone

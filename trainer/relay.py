@@ -29,19 +29,29 @@ class Command:
         return cls([decode(r) for r in obj["records"]], obj["publish"], obj["checkpoint"], obj["stop"])
 
 
+def collective_device() -> torch.device:
+    """Where tensors of a collective must live: NCCL takes only CUDA tensors, gloo CPU ones."""
+    import torch.distributed as dist
+
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def broadcast(command: Command | None, *, leader: bool, world_size: int) -> Command:
     """Rank 0 passes its command, the others None; everyone returns rank 0's command."""
     if world_size == 1:
         return command
     import torch.distributed as dist
 
+    device = collective_device()
     data = command.to_bytes() if leader else b""
-    size = torch.tensor([len(data)], dtype=torch.long)
+    size = torch.tensor([len(data)], dtype=torch.long, device=device)
     dist.broadcast(size, src=0)
-    buffer = torch.frombuffer(bytearray(data), dtype=torch.uint8) if leader else \
-        torch.empty(int(size.item()), dtype=torch.uint8)
+    buffer = torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device) if leader else \
+        torch.empty(int(size.item()), dtype=torch.uint8, device=device)
     dist.broadcast(buffer, src=0)
-    return command if leader else Command.from_bytes(buffer.numpy().tobytes())
+    return command if leader else Command.from_bytes(buffer.cpu().numpy().tobytes())
 
 
 def shard(records: list[Record], rank: int, world_size: int) -> list[Record]:

@@ -28,7 +28,7 @@ from schemas import Record
 from .algorithms import Totals
 from .engine import Process, finite_guard
 from .intake import record_id, record_tokens
-from .relay import shard
+from .relay import collective_device, shard
 
 
 @dataclass(frozen=True)
@@ -139,9 +139,7 @@ class Tally:
 def _all_reduce(values: list[float], op: str) -> list[float]:
     import torch.distributed as dist
 
-    t = torch.tensor(values, dtype=torch.float64)
-    if dist.get_backend() == "nccl":
-        t = t.cuda()
+    t = torch.tensor(values, dtype=torch.float64, device=collective_device())
     dist.all_reduce(t, op={"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX}[op])
     return t.tolist()
 
