@@ -21,7 +21,8 @@ class WeightUpdate(Record):
     """Chunk `chunk_index` of `num_chunks` of policy `version`; `sha256` is of the whole blob.
 
     Exactly one of `data` (this chunk's bytes) and `uri` (where the whole blob lies, for models
-    too large for the topic; then `num_chunks` is 1) is set.
+    too large for the topic; then `num_chunks` is 1) is set. `payload` says what the blob replaces:
+    the whole weights, or only a LoRA adapter over the base weights the worker already holds.
     """
 
     kind: ClassVar[str] = "weight_update"
@@ -34,6 +35,7 @@ class WeightUpdate(Record):
     total_bytes: Annotated[int, Field(ge=0)]
     sha256: Sha256
     format: Literal["safetensors"] = "safetensors"
+    payload: Literal["full", "adapter"] = "full"
     data: bytes | None = None
     uri: Annotated[str, Field(min_length=1)] | None = Field(default=None, validate_default=True)
     created_at: UnixTime
@@ -66,7 +68,8 @@ class WeightUpdate(Record):
         return uri
 
 
-def chunk_weights(model: str, version: int, blob: bytes, chunk_bytes: int) -> list[WeightUpdate]:
+def chunk_weights(model: str, version: int, blob: bytes, chunk_bytes: int,
+                  payload: Literal["full", "adapter"] = "full") -> list[WeightUpdate]:
     """Split `blob` into inline chunks of at most `chunk_bytes` (an empty blob: one empty chunk)."""
     if chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
@@ -81,14 +84,17 @@ def chunk_weights(model: str, version: int, blob: bytes, chunk_bytes: int) -> li
             total_bytes=len(blob),
             sha256=digest,
             data=blob[start : start + chunk_bytes],
+            payload=payload,
         )
         for i, start in enumerate(starts)
     ]
 
 
-def weights_by_uri(model: str, version: int, uri: str, total_bytes: int, sha256: str) -> WeightUpdate:
+def weights_by_uri(model: str, version: int, uri: str, total_bytes: int, sha256: str,
+                   payload: Literal["full", "adapter"] = "full") -> WeightUpdate:
     """A single update that points at the whole blob instead of carrying it."""
-    return WeightUpdate(model=model, version=version, total_bytes=total_bytes, sha256=sha256, uri=uri)
+    return WeightUpdate(model=model, version=version, total_bytes=total_bytes, sha256=sha256, uri=uri,
+                        payload=payload)
 
 
 def verify_weights(blob: bytes, update: WeightUpdate) -> None:

@@ -105,6 +105,16 @@ class AlgorithmConfig(_Section):
     _check_agg = field_validator("aggregation")(lambda cls, v: checked_entry(aggregations, v))
 
 
+class LoraConfig(_Section):
+    """LoRA adapters (peft): only they train; the KL reference is the base with adapters off."""
+
+    rank: int = Field(8, ge=1, description="r, the rank of each adapter")
+    alpha: float = Field(16.0, gt=0, description="α: the update is α/r · B A")
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapter's input")
+    targets: list[str] | None = Field(None, min_length=1,
+                                      description="module names to adapt (None: peft's default for the architecture)")
+
+
 class TrainerConfig(_Section):
     """The `trainer:` section."""
 
@@ -116,6 +126,7 @@ class TrainerConfig(_Section):
     mini_batches: int = Field(1, ge=1, description="optimizer updates per epoch over a step's batch")
     ppo_epochs: int = Field(1, ge=1, description="passes over a step's batch (proximal policy: the step's start)")
     gradient_checkpointing: bool = Field(False, description="recompute activations in backward (less memory)")
+    lora: LoraConfig | None = Field(None, description="train LoRA adapters only and publish adapter-only updates")
     sync_every: int = Field(1, ge=1, description="publish weights every this many steps (and at the end)")
     chunk_bytes: int = Field(4 << 20, ge=1024, le=MAX_CHUNK_BYTES, description="inline weight chunk size")
     weights_dir: str | None = Field(None, description="shared storage for weights sent by URI (None: always inline)")

@@ -17,8 +17,9 @@ import torch
 import torch.distributed as dist
 
 from kernel.models import ModelSpec, build_model, weights_to_bytes
+from kernel.models.adapters import LoraShape, adapter_to_bytes, wrap_lora
 
-from .config import EngineConfig
+from .config import EngineConfig, LoraConfig
 from .relay import collective_device
 
 
@@ -144,55 +145,86 @@ def finite_guard(engine: Any) -> FiniteGuard:
 
 
 def build_engine(spec: ModelSpec, cfg: EngineConfig, process: Process, *,
-                 gradient_checkpointing: bool = False) -> Any:
-    """The policy from `spec` wrapped in a DeepSpeed engine, in train mode."""
+                 gradient_checkpointing: bool = False, lora: LoraConfig | None = None) -> Any:
+    """The policy from `spec` wrapped in a DeepSpeed engine, in train mode (with LoRA: the base
+    frozen, adapters on top)."""
     import deepspeed
 
     torch.manual_seed(cfg.seed)
     model = build_model(spec).to(process.device).train()
     if gradient_checkpointing:
-        # Non-reentrant: works with inputs that need no grad and with ZeRO's parameter hooks.
+        # Non-reentrant: works with inputs that need no grad (a frozen base under LoRA) and with ZeRO's hooks.
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
+    if lora is not None:
+        model = wrap_lora(model, LoraShape(lora.rank, lora.alpha, lora.dropout,
+                                           tuple(lora.targets) if lora.targets else None))
     optimizer = build_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=build_schedule(cfg, optimizer),
                                       config=deepspeed_config(cfg, process.world_size))
     return engine
 
 
-def build_reference(spec: ModelSpec, process: Process) -> Any:
-    """The frozen initial policy, for KL and DPO."""
+def build_reference(spec: ModelSpec, process: Process, engine: Any) -> Any:
+    """The frozen initial policy, for KL and DPO: under LoRA the policy's own base, adapters off
+    (no second copy of the weights), else a copy of the initial weights."""
+    if is_lora(engine):
+        return AdaptersOff(engine.module)
     model = build_model(spec).to(process.device).eval()
     for p in model.parameters():
         p.requires_grad_(False)
     return model
 
 
-def gathered_weights(engine: Any) -> bytes | None:
-    """The full weights as safetensors bytes on rank 0 (None elsewhere); every rank must call it.
+class AdaptersOff:
+    """Calls a peft model with its adapters disabled: the base model, sharing its weights."""
 
-    Under ZeRO-3 each rank holds a slice of every parameter: gather them first.
-    """
+    def __init__(self, peft_model: Any):
+        self.peft_model = peft_model
+
+    def __call__(self, **inputs: Any) -> Any:
+        with torch.no_grad(), self.peft_model.disable_adapter():
+            return self.peft_model(**inputs)
+
+
+def is_lora(engine: Any) -> bool:
+    from peft import PeftModel
+
+    return isinstance(engine.module, PeftModel)
+
+
+def gathered_weights(engine: Any) -> bytes | None:
+    """What rank 0 publishes, as safetensors bytes (None elsewhere): the full weights, or under LoRA
+    the adapter alone. Every rank must call it: under ZeRO-3 each holds a slice of every parameter."""
     import deepspeed
 
     module = engine.module
-    leader = dist.get_rank() == 0
-    if engine.zero_optimization_stage() == 3:
-        with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
-            return weights_to_bytes(module) if leader else None
-    return weights_to_bytes(module) if leader else None
+    lora = is_lora(engine)
+    serialize = adapter_to_bytes if lora else weights_to_bytes
+    gather = engine.zero_optimization_stage() == 3
+    params = [p for p in module.parameters() if p.requires_grad or not lora] if gather else []
+    with deepspeed.zero.GatheredParameters(params, modifier_rank=None, enabled=gather):
+        return serialize(module) if dist.get_rank() == 0 else None
 
 
 def export_pretrained(engine: Any, directory: Path) -> None:
-    """An HF `save_pretrained` copy of the current weights (rank 0 writes; every rank must call it)."""
+    """An HF `save_pretrained` copy of the current weights (rank 0 writes; every rank must call it).
+    Under LoRA `directory` holds the adapters merged into the base, and `<directory>-adapter` the
+    adapter alone (peft's format)."""
+    import copy
+
     import deepspeed
 
     module = engine.module
     gather = engine.zero_optimization_stage() == 3
     params = list(module.parameters()) if gather else []
     with deepspeed.zero.GatheredParameters(params, modifier_rank=None, enabled=gather):
-        if dist.get_rank() == 0:
-            module.save_pretrained(directory, safe_serialization=True)
+        if dist.get_rank() != 0:
+            return
+        if is_lora(engine):
+            module.save_pretrained(directory.with_name(directory.name + "-adapter"), safe_serialization=True)
+            module = copy.deepcopy(module).merge_and_unload()  # the live model keeps its adapters
+        module.save_pretrained(directory, safe_serialization=True)
 
 
 def rank_fingerprints(engine: Any) -> list[str] | None:

@@ -128,7 +128,7 @@ class Leader:
         cfg = self.cfg
         updates = weight_updates(self.spec.name, self.state.step, blob, chunk_bytes=cfg.chunk_bytes,
                                  weights_dir=Path(cfg.weights_dir).expanduser() if cfg.weights_dir else None,
-                                 uri_above_bytes=cfg.uri_above_bytes)
+                                 uri_above_bytes=cfg.uri_above_bytes, payload="adapter" if cfg.lora else "full")
         publish_weights(self.producer, self.topics.weights, updates)
         self.state.published_version = self.state.step
 
@@ -152,8 +152,8 @@ def run(spec: ModelSpec, cfg: TrainerConfig, kafka: KafkaSettings, namespace: st
     stop.install()
     process = setup_process(cfg.engine.master_port)
     objective = objectives.get(cfg.algorithm.objective)(cfg.algorithm)
-    engine = build_engine(spec, cfg.engine, process, gradient_checkpointing=cfg.gradient_checkpointing)
-    ref_model = build_reference(spec, process) if objective.needs_reference else None
+    engine = build_engine(spec, cfg.engine, process, gradient_checkpointing=cfg.gradient_checkpointing, lora=cfg.lora)
+    ref_model = build_reference(spec, process, engine) if objective.needs_reference else None
     root = Path(cfg.checkpoint_dir).expanduser() / namespace
     root.mkdir(parents=True, exist_ok=True)
     state = load_checkpoint(engine, root) or TrainerState()

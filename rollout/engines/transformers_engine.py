@@ -7,6 +7,7 @@ from typing import Literal
 import torch
 
 from kernel.models import ModelSpec, build_model, build_tokenizer, load_weights
+from kernel.models.adapters import apply_adapter, is_adapter
 from schemas.logprobs import sequence_logprobs
 
 from rollout.engines.base import Sample, SamplingParams, engines
@@ -36,6 +37,14 @@ class TransformersEngine:
             torch.manual_seed(seed)
 
     def load_weights(self, blob: bytes) -> None:
+        """Whole weights, or a LoRA adapter applied over the base weights this engine holds."""
+        if is_adapter(blob):
+            self.model = apply_adapter(self.model, blob)
+            return
+        from peft import PeftModel
+
+        if isinstance(self.model, PeftModel):  # whole weights after adapters: back to a plain model
+            self.model = self.model.unload()
         load_weights(self.model, blob)
 
     @torch.no_grad()
