@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from infra.config import ConfigError, load_yaml, validation_message
+from infra.monitor import MonitorConfig
 from processors.config import ProcessorsConfig
 from processors.pipeline import Pipeline
 from rollout.config import FeederConfig, RolloutConfig
@@ -93,6 +94,8 @@ class RunConfig(BaseModel):
     processors: ProcessorsConfig = Field(default_factory=ProcessorsConfig, description="the stream processors")
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="the trainer")
     archive: ArchiveConfig = Field(default_factory=ArchiveConfig, description="the Parquet archive (with run.archive)")
+    monitor: MonitorConfig = Field(default_factory=MonitorConfig, description="metric sinks; `undertow run` starts "
+                                                                              "`undertow monitor` when it names any")
     run: RunSection = Field(default_factory=RunSection, description="supervision")
 
     @model_validator(mode="after")
@@ -114,6 +117,10 @@ class RunConfig(BaseModel):
                 problems.append(f"rollout.sampling.temperature ({sampled}) must equal trainer.algorithm.temperature "
                                 f"({assumed}): the trainer recomputes log-probs at its temperature, so every "
                                 f"importance ratio would be skewed")
+        engine = rollout.engine if isinstance(rollout.engine, str) else rollout.engine.get("name")
+        if trainer.lora is not None and engine != "transformers":
+            problems.append(f"trainer.lora publishes adapter-only weight updates, which rollout.engine "
+                            f"({engine}) cannot apply yet: use the transformers engine")
         if problems:
             raise ValueError("; ".join(problems))
         return self

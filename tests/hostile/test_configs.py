@@ -54,6 +54,13 @@ CASES = [
                                               "max_response_tokens": 4}]}},
      ["processors.pipeline", "min_response_tokens 9 > max_response_tokens 4"]),
     ("train", {"namespace": "bad ns!"}, ["namespace", "should match pattern"]),
+    ("train", {"trainer": {"batching": {"experiences": 4}, "mini_batches": 8}},  # an update with no records
+     ["trainer", "mini_batches: 8 updates cannot split a batch of 4 experiences"]),
+    ("train", {"trainer": {"engine": {"schedule": {"name": "cosine"}}}},
+     ["trainer.engine.schedule", "total_steps: the cosine schedule decays to 0 at total_steps"]),
+    ("train", {"trainer": {"lora": {"rank": 0, "dropout": 1.5}}}, ["trainer.lora.rank", "trainer.lora.dropout"]),
+    ("run", {"trainer": {"lora": {}}, "rollout": {"engine": {"name": "vllm"}}},
+     ["trainer.lora publishes adapter-only weight updates, which rollout.engine (vllm) cannot apply"]),
 ]
 
 
