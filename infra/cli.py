@@ -7,6 +7,7 @@ import typer
 from infra.cli_broker import broker_app
 from infra.cli_config import config_app
 from infra.cli_history import archive, query, replay
+from infra.cli_monitor import monitor
 from infra.cli_processors import process
 from infra.cli_rollout import rollout_cli
 from infra.cli_run import run
@@ -30,6 +31,7 @@ app.command("train")(train)
 app.command("archive")(archive)
 app.command("query")(query)
 app.command("replay")(replay)
+app.command("monitor")(monitor)
 app.add_typer(broker_app, name="broker")
 app.add_typer(topics_app, name="topics")
 app.add_typer(config_app, name="config")

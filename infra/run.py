@@ -26,7 +26,8 @@ from infra.run_config import RestartPolicy, RunConfig, Stage, stage_mapping, wri
 from infra.supervisor import Child, Supervisor
 from streams import KafkaSettings, create_topics
 
-STOP_ORDER = ["feeder", "rollout", "trainer", "processors", "archive"]  # the trainer checkpoints before processors go
+# The trainer checkpoints before the processors go; the monitor goes last, to write everyone's final metrics.
+STOP_ORDER = ["feeder", "rollout", "trainer", "processors", "archive", "monitor"]
 
 
 @dataclass
@@ -163,6 +164,8 @@ class Run:
         sup.start("feeder", [*cli, "feed", str(path)])
         if self.config.run.archive:
             sup.start("archive", [*cli, "archive", str(path)])
+        if self.config.monitor.sinks:
+            sup.start("monitor", [*cli, "monitor", str(path)])
         try:
             status, message = self._watch(sup, watch, recorder)
         finally:
@@ -210,6 +213,9 @@ class Run:
         mapping.setdefault("trainer", {})["checkpoint_dir"] = str(self.run_dir / "checkpoints")
         # A run's own broker restarts offsets at 0: its archive must not resume from another run's files.
         mapping["archive"] = {"root": str(self.run_dir / "archive"), **(mapping.get("archive") or {})}
+        # The sinks write under the run directory, one TensorBoard / W&B / MLflow run per stage.
+        mapping["monitor"] = {"dir": str(self.run_dir), "run": self.run_dir.name, **(mapping.get("monitor") or {}),
+                              "stage": stage.name if stage else "main"}
         if index > 0 and not (stage and stage.model.get("init_from")):
             previous = stage_mapping(self.raw, self.stages()[index - 1])["namespace"]
             mapping.setdefault("model", {})["init_from"] = str(latest_export(self.run_dir / "checkpoints" / previous))
