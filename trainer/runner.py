@@ -8,6 +8,7 @@ offsets to Kafka. On SIGTERM/SIGINT or a budget: publish, checkpoint and commit 
 
 from __future__ import annotations
 
+import math
 import signal
 import time
 from dataclasses import dataclass, field
@@ -119,6 +120,9 @@ class Leader:
         self._send_metrics(values)
 
     def _send_metrics(self, values: dict[str, float]) -> None:
+        # A skipped (non-finite) update's loss is inf or NaN: metric events carry finite numbers only,
+        # and `skipped_updates` already says what happened.
+        values = {k: v for k, v in values.items() if math.isfinite(v)}
         self.producer.send(self.topics.metrics, MetricEvent(component=COMPONENT, values=values, step=self.state.step),
                            key=COMPONENT)
         self.feed.counts = type(self.feed.counts)()
