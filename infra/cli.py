@@ -12,6 +12,7 @@ from infra.cli_processors import process
 from infra.cli_rollout import rollout_cli
 from infra.cli_run import run
 from infra.cli_status import report, status
+from infra.cli_tail import tail
 from infra.cli_topics import topics_app
 from infra.cli_trainer import train
 
@@ -32,6 +33,7 @@ app.command("archive")(archive)
 app.command("query")(query)
 app.command("replay")(replay)
 app.command("monitor")(monitor)
+app.command("tail")(tail)
 app.add_typer(broker_app, name="broker")
 app.add_typer(topics_app, name="topics")
 app.add_typer(config_app, name="config")

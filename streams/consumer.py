@@ -23,6 +23,18 @@ Start = Literal["earliest", "latest", "committed"] | Mapping[Partition, int]
 
 
 @dataclass
+class Message:
+    """One message as it is on the topic, not decoded (for readers that show what does not decode)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+    timestamp_ms: int
+
+
+@dataclass
 class Delivery(Generic[R]):
     """One decoded record and where it came from."""
 
@@ -107,6 +119,12 @@ class RecordConsumer(Generic[R]):
                     continue
                 out.append(Delivery(record, tp.topic, tp.partition, m.offset, m.key, m.timestamp))
         return out
+
+    def poll_messages(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[Message]:
+        """Fetch without decoding: nothing is validated, nothing dead-lettered (`undertow tail`)."""
+        batches = self._consumer.poll(timeout_ms=timeout_ms, max_records=max_records)
+        return [Message(tp.topic, tp.partition, m.offset, m.key, m.value or b"", m.timestamp)
+                for tp, messages in batches.items() for m in messages]
 
     def __iter__(self) -> Iterator[Delivery[R]]:
         """Yield records forever (until the consumer is closed)."""
