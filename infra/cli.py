@@ -6,6 +6,7 @@ import typer
 
 from infra.cli_broker import broker_app
 from infra.cli_config import config_app
+from infra.cli_eval import eval_command
 from infra.cli_history import archive, query, replay
 from infra.cli_monitor import monitor
 from infra.cli_processors import process
@@ -29,6 +30,7 @@ app.command("report")(report)
 app.add_typer(rollout_cli)  # undertow feed, undertow rollout
 app.command("process")(process)
 app.command("train")(train)
+app.command("eval")(eval_command)
 app.command("archive")(archive)
 app.command("query")(query)
 app.command("replay")(replay)

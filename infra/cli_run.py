@@ -96,10 +96,18 @@ def _log_view(every_s: float = 10.0):
 
 
 def _summary(run_dir: Path) -> None:
-    """Reward at the start and end of each stage, from the run's metrics."""
-    rows = [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("component") == "trainer" and "reward_mean" in r]
+    """Reward at the start and end of each stage, and held-out scores at its first and last evaluation."""
+    metrics = read_metrics(run_dir / "metrics.jsonl")
+    rows = [r for r in metrics if r.get("component") == "trainer" and "reward_mean" in r]
     for stage in dict.fromkeys(r.get("stage", "main") for r in rows):
         values = [r["reward_mean"] for r in rows if r.get("stage", "main") == stage]
         k = max(1, len(values) // 10)
         console.print(f"stage {stage}: {len(values)} steps, mean reward {sum(values[:k]) / k:.3f} (first {k}) → "
                       f"{sum(values[-k:]) / k:.3f} (last {k})")
+    evals = [r for r in metrics if r.get("component") == "eval"]
+    for stage in dict.fromkeys(r.get("stage", "main") for r in evals):
+        ours = [r for r in evals if r.get("stage", "main") == stage]
+        first, last = ours[0], ours[-1]
+        for name in sorted(k for k in first if k.endswith("/greedy_accuracy") or "/pass@" in k):
+            console.print(f"stage {stage}: held-out {name} {first[name]:.3f} (v{first.get('version', 0):.0f}) → "
+                          f"{last.get(name, float('nan')):.3f} (v{last.get('version', 0):.0f})")

@@ -22,12 +22,14 @@ from typing import Any, Callable
 from infra.broker import LocalKafka, free_port_block
 from infra.metrics_log import MetricsRecorder, RunEvents, last_recorded
 from infra.restarts import Crash, RestartBudget
-from infra.run_config import RestartPolicy, RunConfig, Stage, stage_mapping, write_yaml
+from infra.rollout_env import rollout_command
+from infra.run_config import RestartPolicy, RunConfig, Stage, stage_config, stage_mapping, write_yaml
 from infra.supervisor import Child, Supervisor
 from streams import KafkaSettings, create_topics
 
-# The trainer checkpoints before the processors go; the monitor goes last, to write everyone's final metrics.
-STOP_ORDER = ["feeder", "rollout", "trainer", "processors", "archive", "monitor"]
+# The trainer checkpoints before the processors go; the evaluator after the trainer, to score its final
+# weights; the monitor goes last, to write everyone's final metrics.
+STOP_ORDER = ["feeder", "rollout", "trainer", "eval", "processors", "archive", "monitor"]
 
 
 @dataclass
@@ -160,10 +162,12 @@ class Run:
         sup.start("processors", [*cli, "process", str(path), "--workers", str(self.config.run.processor_workers)])
         sup.start("trainer", [*cli, "train", str(path), "--nproc", str(self.config.run.trainer_processes),
                               *(["--max-steps", str(steps)] if steps else [])])
-        sup.start("rollout", [*cli, "rollout", str(path)])
+        sup.start("rollout", [*rollout_command(path), "rollout", str(path)])  # vllm: its own environment
         sup.start("feeder", [*cli, "feed", str(path)])
         if self.config.run.archive:
             sup.start("archive", [*cli, "archive", str(path)])
+        if stage_config(self.raw, stage).eval.tasksets:  # a stage may switch the evaluation off or on
+            sup.start("eval", [*cli, "eval", str(path)])
         if self.config.monitor.sinks:
             sup.start("monitor", [*cli, "monitor", str(path)])
         try:

@@ -13,7 +13,7 @@ from infra.config import ConfigError, load_yaml, validation_message
 from infra.monitor import MonitorConfig
 from processors.config import ProcessorsConfig
 from processors.pipeline import Pipeline
-from rollout.config import FeederConfig, RolloutConfig
+from rollout.config import EvalConfig, FeederConfig, RolloutConfig
 from kernel.models import ModelSpec
 from streams import NAMESPACE_PATTERN, KafkaSettings
 from streams.archive import ArchiveConfig
@@ -94,6 +94,8 @@ class RunConfig(BaseModel):
     processors: ProcessorsConfig = Field(default_factory=ProcessorsConfig, description="the stream processors")
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="the trainer")
     archive: ArchiveConfig = Field(default_factory=ArchiveConfig, description="the Parquet archive (with run.archive)")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="held-out evaluation; `undertow run` starts "
+                                                                     "`undertow eval` when it names tasksets")
     monitor: MonitorConfig = Field(default_factory=MonitorConfig, description="metric sinks; `undertow run` starts "
                                                                               "`undertow monitor` when it names any")
     run: RunSection = Field(default_factory=RunSection, description="supervision")
@@ -117,6 +119,11 @@ class RunConfig(BaseModel):
                 problems.append(f"rollout.sampling.temperature ({sampled}) must equal trainer.algorithm.temperature "
                                 f"({assumed}): the trainer recomputes log-probs at its temperature, so every "
                                 f"importance ratio would be skewed")
+        trained = [t.source for t in self.feeder.tasksets]
+        for i, heldout in enumerate(self.eval.tasksets):
+            if heldout.source in trained:
+                problems.append(f"eval.tasksets.{i} ({heldout.name}) has the same source as a feeder taskset: "
+                                f"held-out tasks must not be training tasks (give the generator another seed)")
         engine = rollout.engine if isinstance(rollout.engine, str) else rollout.engine.get("name")
         if trainer.lora is not None and engine != "transformers":
             problems.append(f"trainer.lora publishes adapter-only weight updates, which rollout.engine "

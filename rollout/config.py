@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator, model_validator
 
 from kernel.models import ModelSpec
 from kernel.config_io import ConfigError, load_config
@@ -14,6 +14,7 @@ from streams import NAMESPACE_PATTERN, KafkaSettings
 
 from rollout.engines import engines
 from rollout.engines.base import SamplingParams
+from rollout.engines.vllm_engine import refuse_warped_sampling
 from rollout.rewards import rewards
 from rollout.workflows import workflows
 
@@ -88,6 +89,35 @@ class RolloutConfig(BaseModel):
     _check_workflow = field_validator("workflow")(lambda cls, v: checked_entry(workflows, v))
     _check_reward = field_validator("reward")(lambda cls, v: checked_entry(rewards, v))
 
+    @model_validator(mode="after")
+    def _logprobs_match_the_trainer(self) -> "RolloutConfig":
+        """An engine whose recorded log-probs would differ from the trainer's recomputation is refused."""
+        if (self.engine if isinstance(self.engine, str) else self.engine.get("name")) == "vllm":
+            refuse_warped_sampling(self.sampling)
+        return self
+
+
+class EvalConfig(BaseModel):
+    """`eval:` — held-out tasksets scored on every `every`-th policy version (none: no evaluator)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tasksets: list[TasksetConfig] = Field(default_factory=list, description="held-out tasksets (none: no evaluation)")
+    every: int = Field(10, ge=1, description="evaluate each policy version that is a multiple of this (and the first "
+                                             "and the last the evaluator sees)")
+    greedy: bool = Field(True, description="score one greedy answer per task (greedy accuracy)")
+    samples: int = Field(0, ge=0, description="sampled answers per task for pass@k (0: none)")
+    temperature: float = Field(1.0, gt=0, description="temperature of the sampled answers")
+    max_new_tokens: int | None = Field(None, ge=1, description="longest answer (default: rollout.sampling's)")
+    success_threshold: float = Field(1.0, description="an answer whose reward is at least this counts as correct")
+    max_tasks: int | None = Field(None, ge=1, description="score at most this many tasks of each taskset")
+
+    @model_validator(mode="after")
+    def _something_to_score(self) -> "EvalConfig":
+        if self.samples == 0 and not self.greedy:
+            raise ValueError("samples: with greedy: false, samples must be >= 1 (nothing would be scored)")
+        return self
+
 
 class _RunBase(BaseModel):
     model_config = ConfigDict(extra="ignore")  # the other stages' sections are theirs to validate
@@ -107,6 +137,14 @@ class RolloutRunConfig(_RunBase):
     """What `undertow rollout` reads: namespace, kafka, model and `rollout:`."""
 
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="the rollout workers")
+
+
+class EvalRunConfig(_RunBase):
+    """What `undertow eval` reads: namespace, kafka, model, `rollout:` (engine, reward, prompt form)
+    and `eval:`."""
+
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="engine, reward and prompt form")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="the held-out evaluation")
 
 
 RolloutConfigError = ConfigError  # the name rollout's callers know

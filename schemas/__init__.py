@@ -4,6 +4,7 @@ log-prob definition (logprobs.py). The registry, config loading and model builde
 from .arrow import arrow_schema, from_arrow, to_arrow
 from .base import MAX_TEXT_CHARS, MAX_TOKENS, SCHEMA_VERSION, Packed, Record, record_type, record_types
 from .codec import MAX_RECORD_BYTES, DecodeError, decode, encode
+from .evals import EvalResult
 from .events import MAX_ORIGINAL_BYTES, MetricEvent, Rejected
 from .experience import Experience, PreferencePair
 from .task import Task, TaskStat
@@ -23,6 +24,7 @@ __all__ = [
     "MAX_TOKENS",
     "SCHEMA_VERSION",
     "DecodeError",
+    "EvalResult",
     "Experience",
     "MetricEvent",
     "Packed",

@@ -43,6 +43,7 @@ CATALOG: tuple[TopicSpec, ...] = (
               configs={"segment.ms": str(3600 * 1000)}),
     TopicSpec("task-stats", "task id", "processors → feeder: pass rates per task", 1, FOREVER, "compact"),
     TopicSpec("metrics", "component", "everyone → monitor, archive", 1, 30 * DAY_MS),
+    TopicSpec("evals", "taskset", "eval → anyone: held-out results per policy version and taskset", 1, FOREVER),
 )
 
 
@@ -64,6 +65,7 @@ class Topics:
     weights = property(lambda self: self._name("weights"))
     task_stats = property(lambda self: self._name("task-stats"))
     metrics = property(lambda self: self._name("metrics"))
+    evals = property(lambda self: self._name("evals"))
 
     def _name(self, suffix: str) -> str:
         return f"{self.namespace}.{suffix}"

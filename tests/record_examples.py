@@ -4,6 +4,7 @@ Floats in per-token lists are fp32-representable, so they survive the fp32 wire 
 """
 
 from schemas import (
+    EvalResult,
     Experience,
     MetricEvent,
     PreferencePair,
@@ -82,4 +83,7 @@ def make_examples() -> dict[str, Record]:
             record_id="e-9",
             time=T0,
         ),
+        "eval": EvalResult(model="tiny", version=10, taskset="sums-heldout", tasks=100, greedy_accuracy=0.75,
+                           samples=4, pass_at={"pass@1": 0.5, "pass@4": 0.875}, mean_reward=0.5, mean_response_tokens=2.5,
+                           seconds=1.25, time=T0),
     }

@@ -19,6 +19,8 @@ class SamplingParams(BaseModel):
     temperature: float = Field(1.0, gt=0, description="softmax temperature; behaviour log-probs use the same one")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling mass (1 = off)")
     max_new_tokens: int = Field(32, ge=1, description="longest response per generation, in tokens")
+    greedy: bool = Field(False, description="the most likely token each step instead of a sample (evaluation); "
+                                            "log-probs are still those of softmax(logits / temperature)")
 
 
 @dataclass

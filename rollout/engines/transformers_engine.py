@@ -73,10 +73,10 @@ class TransformersEngine:
         ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows], device=self.device)  # [B, P] left-padded
         mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows], device=self.device)
         # generate() derives position ids from the attention mask, as schemas.logprobs.position_ids does.
-        out = self.model.generate(input_ids=ids, attention_mask=mask,
-                                  do_sample=True, temperature=params.temperature, top_p=params.top_p,
-                                  top_k=0, max_new_tokens=new_tokens, pad_token_id=pad,
-                                  eos_token_id=eos)  # [B, P + N]
+        sampling = {"do_sample": False} if params.greedy else \
+            {"do_sample": True, "temperature": params.temperature, "top_p": params.top_p, "top_k": 0}
+        out = self.model.generate(input_ids=ids, attention_mask=mask, **sampling, max_new_tokens=new_tokens,
+                                  pad_token_id=pad, eos_token_id=eos)  # [B, P + N]
         responses = [self._cut(row.tolist(), eos) for row in out[:, width:]]
         return self._score(ids, mask, responses, params)
 

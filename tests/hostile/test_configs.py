@@ -61,6 +61,12 @@ CASES = [
     ("train", {"trainer": {"lora": {"rank": 0, "dropout": 1.5}}}, ["trainer.lora.rank", "trainer.lora.dropout"]),
     ("run", {"trainer": {"lora": {}}, "rollout": {"engine": {"name": "vllm"}}},
      ["trainer.lora publishes adapter-only weight updates, which rollout.engine (vllm) cannot apply"]),
+    ("run", {"feeder": {"tasksets": [{"name": "s", "source": {"name": "sums", "size": 10}}]},
+             "eval": {"tasksets": [{"name": "held", "source": {"name": "sums", "size": 10}}]}},  # not held out
+     ["eval.tasksets.0 (held) has the same source as a feeder taskset"]),
+    ("eval", {"eval": {"tasksets": []}}, ["eval.tasksets: the config names no held-out taskset"]),
+    ("eval", {"eval": {"greedy": False, "tasksets": [{"name": "h", "source": "sums"}]}},
+     ["eval", "samples: with greedy: false, samples must be >= 1"]),
 ]
 
 

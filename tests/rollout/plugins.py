@@ -34,3 +34,8 @@ def constant_workflow(task: Task, ctx: WorkflowContext, *, text: str = "7") -> l
     return [Trajectory(prompt_text=task.prompt, prompt_tokens=[5], response_text=text, response_tokens=tokens,
                        logprobs=[-1.0] * len(tokens), loss_mask=[1] * len(tokens), finish_reason="stop",
                        reward_components=ctx.reward(text, task)) for _ in range(task.group_size)]
+
+
+def sevens(response: str, task: Task) -> dict[str, float]:
+    """1 for an answer that starts with 7: what the eval tests train the tiny model toward."""
+    return {"sevens": float(response.strip().startswith("7"))}

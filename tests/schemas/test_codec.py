@@ -51,7 +51,7 @@ def decode_error(data: bytes, **kwargs: object) -> DecodeError:
 
 def test_examples_cover_every_kind(examples):
     assert sorted(examples) == KINDS == sorted(
-        ["task", "experience", "preference_pair", "weight_update", "metric", "task_stat", "rejected"]
+        ["task", "experience", "preference_pair", "weight_update", "metric", "task_stat", "rejected", "eval"]
     )
     assert all(record.kind == kind for kind, record in examples.items())
 

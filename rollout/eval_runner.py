@@ -1,0 +1,83 @@
+"""`undertow eval`: follow `<ns>.weights` and score held-out tasksets on every `eval.every`-th policy
+version, the first one seen (the weights the run starts from) and the last; results go to
+`<ns>.evals` (one EvalResult per taskset) and, as one metric event of component `eval`, to
+`<ns>.metrics`. It is a side consumer: it reads the weights from the topic's start without a
+consumer group, so it neither slows the trainer nor takes anything from the rollout workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+from schemas import EvalResult, MetricEvent
+from streams import KafkaSettings, RecordProducer, Topics
+
+from rollout.config import EvalRunConfig
+from rollout.engines import build_engine
+from rollout.evaluation import Evaluator, metric_values
+from rollout.weight_subscriber import WeightSubscriber
+
+log = logging.getLogger(__name__)
+COMPONENT = "eval"
+CATCH_UP_S = 30.0
+
+
+def follow(config: EvalRunConfig, settings: KafkaSettings, stop: threading.Event) -> list[int]:
+    """Evaluate versions as the trainer publishes them, until `stop`; returns the versions evaluated."""
+    topics = Topics(config.namespace)
+    evaluator = Evaluator(build_engine(config.rollout.engine, config.model), config.rollout, config.eval,
+                          config.model.name)
+    producer = RecordProducer(settings)
+    subscriber = WeightSubscriber(settings, topics, config.model.name, producer)
+    subscriber.start()
+    subscriber.caught_up.wait(CATCH_UP_S)  # the newest version already published is where we start
+    done: list[int] = []
+    held = 0  # the weights the engine was built with: version 0 of the run
+    try:
+        while True:
+            stopping = stop.is_set()
+            ready = subscriber.take()
+            if ready is not None:
+                evaluator.engine.load_weights(ready.blob)
+                held = ready.version
+            if not done or (held != done[-1] and (held % config.eval.every == 0 or stopping)):
+                publish(producer, topics, evaluator.evaluate(held))
+                done.append(held)
+            if stopping:
+                return done
+            stop.wait(0.2)
+    finally:
+        subscriber.stop()
+        producer.flush()
+        producer.close()
+
+
+def publish(producer: RecordProducer, topics: Topics, results: list[EvalResult]) -> None:
+    for r in results:
+        producer.send(topics.evals, r, key=r.taskset)
+        log.info("eval v%d %s: greedy accuracy %s, %s, mean reward %.3f", r.version, r.taskset,
+                 "—" if r.greedy_accuracy is None else f"{r.greedy_accuracy:.3f}",
+                 ", ".join(f"{k} {v:.3f}" for k, v in r.pass_at.items()) or "no samples", r.mean_reward)
+    version = results[0].version
+    producer.send(topics.metrics, MetricEvent(component=COMPONENT, values={**metric_values(results),
+                                                                           "version": float(version)},
+                                              step=version), key=COMPONENT)
+    producer.flush()
+
+
+def evaluate_checkpoint(config: EvalRunConfig, directory: Path) -> list[EvalResult]:
+    """Score an HF directory (or a trainer checkpoint holding `hf/`) once; no broker needed."""
+    hf = directory / "hf" if (directory / "hf").is_dir() else directory
+    if not any(hf.glob("*.safetensors")) and not any(hf.glob("*.bin")):
+        raise ValueError(f"--checkpoint {directory}: no weights (*.safetensors) there or in its hf/")
+    spec = config.model.model_copy(update={"init_from": str(hf)})
+    evaluator = Evaluator(build_engine(config.rollout.engine, spec), config.rollout, config.eval, spec.name)
+    return evaluator.evaluate(version=_version_of(directory))
+
+
+def _version_of(directory: Path) -> int:
+    """A trainer checkpoint `step-00000120` holds version 120; any other directory counts as 0."""
+    name = directory.name
+    return int(name.split("-", 1)[1]) if name.startswith("step-") and name[5:].isdigit() else 0
