@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
 # Set up a machine for undertow: the virtual environment (outside the checkout, reused while the
 # dependency files are unchanged: torch alone is ~3.5 GB) and Apache Kafka resolved by Maven.
-# Prints nothing on a warm machine but the venv path.
+# Prints nothing on a warm machine but the venv path. `--vllm` also builds the rollout environment
+# for `rollout.engine: vllm` (infra/bootstrap_vllm.sh) and prints its path too.
 set -euo pipefail
+with_vllm=no
+for arg in "$@"; do
+  case $arg in
+    --vllm) with_vllm=yes ;;
+    *) echo "usage: bash infra/bootstrap.sh [--vllm]" >&2; exit 2 ;;
+  esac
+done
 root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${UNDERTOW_CACHE:-$HOME/.cache/undertow}
 venv=$cache/venv
@@ -30,3 +38,6 @@ fi
   || "$venv/bin/pip" install --no-deps --no-build-isolation -e "$root"
 "$venv/bin/python" -c "from infra import kafka_dist; kafka_dist.classpath()"
 echo "$venv"
+if [ "$with_vllm" = yes ]; then
+  bash "$root/infra/bootstrap_vllm.sh"
+fi

@@ -43,3 +43,7 @@ def feed(config: Path = ConfigArg,
         kafka, _ = cluster(config, bootstrap, None)
         published = run_feed(config, kafka, max_tasks=max_tasks)
         console.print(f"feed: {published} task(s) published")
+
+
+if __name__ == "__main__":  # `python -m infra.cli_rollout rollout CONFIG`: what the vLLM environment runs
+    rollout_cli()

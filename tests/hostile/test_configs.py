@@ -61,6 +61,9 @@ CASES = [
     ("train", {"trainer": {"lora": {"rank": 0, "dropout": 1.5}}}, ["trainer.lora.rank", "trainer.lora.dropout"]),
     ("run", {"trainer": {"lora": {}}, "rollout": {"engine": {"name": "vllm"}}},
      ["trainer.lora publishes adapter-only weight updates, which rollout.engine (vllm) cannot apply"]),
+    ("rollout", {"rollout": {"engine": {"name": "vllm"}, "sampling": {"top_p": 0.9}}},  # log-probs over the nucleus
+     ["rollout.sampling.top_p (0.9) must be 1 with the vllm engine"]),
+    ("run", {"rollout": {"engine": "vllm", "sampling": {"top_p": 0.95}}}, ["rollout.sampling.top_p (0.95)"]),
     ("run", {"feeder": {"tasksets": [{"name": "s", "source": {"name": "sums", "size": 10}}]},
              "eval": {"tasksets": [{"name": "held", "source": {"name": "sums", "size": 10}}]}},  # not held out
      ["eval.tasksets.0 (held) has the same source as a feeder taskset"]),
