@@ -43,21 +43,29 @@ def trainer_rows(run_dir: Path, stage: str) -> list[dict]:
     return [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("stage") == stage and r["component"] == "trainer"]
 
 
+def eval_rows(run_dir: Path, stage: str) -> list[dict]:
+    return [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("stage") == stage and r["component"] == "eval"]
+
+
 def test_demo_learns_through_the_broker(tmp_path):
-    config = demo_config(tmp_path, stages=[
-        {"name": "warmup", "steps": 60, "feeder": {"group_size": 1}, "rollout": {"workflow": "reference"},
-         "processors": {"pipeline": ["clean"]},
-         "trainer": {"engine": {"lr": 3.0e-3}, "batching": {"experiences": 32}, "algorithm": {"objective": "sft"}}},
-        {"name": "rl", "steps": 300}])  # 200 once rose only 0.076: too close to the bar
-    proc = undertow_run(str(config), "--runs-dir", str(tmp_path / "runs"))
-    out = wait_run(proc, tmp_path / "runs", timeout=540)
+    proc = undertow_run(str(demo_config(tmp_path)), "--runs-dir", str(tmp_path / "runs"))
+    out = wait_run(proc, tmp_path / "runs", timeout=720)
     run_dir = only_run_dir(tmp_path / "runs")
     assert json.loads((run_dir / "run.json").read_text())["status"] == "done"
+    # Held-out greedy accuracy on all 100 one-digit sums, from the weights RL starts from to its last.
+    evals = eval_rows(run_dir, "rl")
+    first, last = evals[0], evals[-1]
+    assert (first["version"], last["version"]) == (0, 900)
+    before, after = first["sums-heldout/greedy_accuracy"], last["sums-heldout/greedy_accuracy"]
+    print(f"held-out greedy accuracy: {before:.2f} -> {after:.2f}; curve "
+          f"{[(int(r['version']), r['sums-heldout/greedy_accuracy']) for r in evals]}")
+    # Runs here went 0.23 -> 0.44 (300 steps, constant lr) and 0.37 -> 0.78 (the demo's 900 steps,
+    # cosine); 100 sums put the binomial noise of one evaluation at ±0.05.
+    assert after >= before + 0.2, f"held-out accuracy did not rise: {before:.2f} -> {after:.2f}"
     rewards = [r["reward_mean"] for r in trainer_rows(run_dir, "rl") if "reward_mean" in r]
-    assert len(rewards) >= 190
-    first, last = sum(rewards[:40]) / 40, sum(rewards[-40:]) / 40
-    print(f"RL reward: first 40 steps {first:.3f}, last 40 steps {last:.3f}")
-    assert last >= first + 0.08, f"reward did not rise: {first:.3f} -> {last:.3f}"
+    assert len(rewards) >= 800
+    assert sum(rewards[-90:]) / 90 >= sum(rewards[:90]) / 90 + 0.15
+    assert "stage rl: held-out sums-heldout/greedy_accuracy" in out
     assert "stage rl: done" in out and (run_dir / "checkpoints" / "demo-rl").is_dir()
 
 

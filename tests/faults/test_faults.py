@@ -108,6 +108,10 @@ def test_the_loop_survives_a_sigkill(fault, cluster, warm_start, tmp_path):
     after = mean([v for step, v in rewards[-20:]])
     print(f"{fault}: reward before the fault {before:.3f}, last 20 steps {after:.3f}")
     assert after >= before + 0.03, f"the policy stopped improving after the fault: {before:.3f} -> {after:.3f}"
+    # The evaluator rode through the fault too: it scored the start and the trainer's final weights.
+    evals = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["component"] == "eval"]
+    print(f"{fault}: held-out greedy accuracy {[(int(r['version']), r['sums-heldout/greedy_accuracy']) for r in evals]}")
+    assert evals[0]["version"] == 0 and evals[-1]["version"] == rewards[-1][0]
 
 
 # -- helpers ------------------------------------------------------------------------------------
