@@ -13,10 +13,11 @@ from infra.metrics_log import read_metrics
 # Which metric names go on which plot: matched by name, so a new metric of a stage shows up
 # without touching this file.
 PANELS: dict[str, re.Pattern] = {
+    "held-out": re.compile(r"greedy_accuracy|pass@"),
     "reward": re.compile(r"reward"),
     "staleness": re.compile(r"stale"),
     "throughput": re.compile(r"(per_s|_rate|throughput)$"),
-    "loss": re.compile(r"(^|_)loss|kl|entropy|clipfrac"),
+    "loss": re.compile(r"(^|_)loss|kl|entropy|clip_fraction"),
 }
 IGNORED = {"component", "step", "time", "stage"}
 
@@ -27,24 +28,26 @@ class Series:
     name: str
     times: list[float]
     values: list[float]
+    versions: list[float | None]  # the policy version of each point, where its event says
 
 
 def collect(rows: list[dict]) -> dict[str, list[Series]]:
     """Group metric rows into series per panel."""
     t0 = min((r["time"] for r in rows), default=0.0)
-    points: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    points: dict[tuple[str, str], list[tuple[float, float, float | None]]] = defaultdict(list)
     for row in rows:
         for name, value in row.items():
             if name in IGNORED or not isinstance(value, (int, float)) or not math.isfinite(value):
                 continue
             series = f"{row['stage']}/{row['component']}" if "stage" in row else row["component"]
-            points[(series, name)].append((row["time"] - t0, float(value)))
+            points[(series, name)].append((row["time"] - t0, float(value), row.get("version", row.get("step"))))
     panels: dict[str, list[Series]] = defaultdict(list)
     for (component, name), pts in sorted(points.items()):
         for panel, pattern in PANELS.items():
             if pattern.search(name):
-                pts.sort()
-                panels[panel].append(Series(component, name, [p[0] for p in pts], [p[1] for p in pts]))
+                pts.sort(key=lambda p: p[0])
+                panels[panel].append(Series(component, name, [p[0] for p in pts], [p[1] for p in pts],
+                                            [p[2] for p in pts]))
                 break
     return panels
 
@@ -65,16 +68,12 @@ def write_report(run_dir: Path) -> Path:
     lines = [f"# Run report: {run_dir.name}", "", f"{len(rows)} metric events, "
              f"{(max(r['time'] for r in rows) - min(r['time'] for r in rows)):.0f} s.", ""]
     for panel, series in panels.items():
-        fig, ax = plt.subplots(figsize=(8, 4))
-        for s in series[:12]:
-            ax.plot(s.times, s.values, label=f"{s.component}:{s.name}", linewidth=1)
-        ax.set_xlabel("seconds since start")
-        ax.set_title(panel)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / f"{panel}.png", dpi=100)
-        plt.close(fig)
-        lines += [f"## {panel}", "", f"![{panel}]({panel}.png)", "",
+        plot(plt, series, panel, out / f"{panel}.png")
+        images = [f"![{panel}]({panel}.png)"]
+        if panel == "held-out":  # evaluations are per policy version: that axis too
+            plot(plt, series, panel, out / "held-out-by-version.png", by_version=True)
+            images.append("![held-out by version](held-out-by-version.png)")
+        lines += [f"## {panel}", "", *images, "",
                   "| series | points | first 10% (mean) | last 10% (mean) | min | max |",
                   "| --- | --- | --- | --- | --- | --- |"]
         lines += [f"| {s.component}:{s.name} | {len(s.values)} | {_mean(s.values[:_tenth(s)]):.4g} | "
@@ -83,6 +82,19 @@ def write_report(run_dir: Path) -> Path:
     summary = out / "summary.md"
     summary.write_text("\n".join(lines))
     return summary
+
+
+def plot(plt, series: list[Series], title: str, path: Path, by_version: bool = False) -> None:
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for s in series[:12]:
+        xs = s.versions if by_version else s.times
+        ax.plot(xs, s.values, label=f"{s.component}:{s.name}", linewidth=1, marker="." if by_version else None)
+    ax.set_xlabel("policy version" if by_version else "seconds since start")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def _tenth(s: Series) -> int:

@@ -40,14 +40,18 @@ def test_report_plots_each_panel_and_summarises(tmp_path):
              "tokens_per_s": 500.0} for s in range(10)]
     rows += [{"stage": "rl", "component": "processor", "step": None, "time": 100.0 + s, "reward_mean": 0.1 * s,
               "staleness_mean": 1.0} for s in range(10)]
+    rows += [{"stage": "rl", "component": "eval", "step": v, "version": v, "time": 100.0 + v,
+              "sums/greedy_accuracy": 0.1 * v, "sums/pass@4": 0.2, "clip_fraction": 0.0} for v in (0, 5)]
     (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     panels = collect(rows)
-    assert {s.name for s in panels["loss"]} == {"loss", "kl"}
+    assert {s.name for s in panels["loss"]} == {"loss", "kl", "clip_fraction"}
+    (accuracy, _) = panels["held-out"]
+    assert accuracy.name == "sums/greedy_accuracy" and accuracy.versions == [0, 5] and accuracy.values == [0.0, 0.5]
     assert [s.name for s in panels["reward"]] == ["reward_mean"]
     assert [s.name for s in panels["throughput"]] == ["tokens_per_s"]
     summary = write_report(tmp_path).read_text()
     assert "| rl/processor:reward_mean | 10 | 0 | 0.9 |" in summary  # stage-labelled; first/last tenth
-    for panel in ("reward", "staleness", "throughput", "loss"):
+    for panel in ("reward", "staleness", "throughput", "loss", "held-out", "held-out-by-version"):
         assert (tmp_path / "report" / f"{panel}.png").stat().st_size > 1000
 
 
