@@ -26,8 +26,17 @@ TOLERANCE = 1e-4  # fp32 both sides; measured ~5e-6 (README)
 
 
 @pytest.fixture(scope="module")
-def spec(llama_dir) -> ModelSpec:
-    return ModelSpec(source="hf", path=str(llama_dir))
+def spec(llama_dir, tmp_path_factory) -> ModelSpec:
+    """The directory's model started from other weights (`init_from`, as a later stage starts): every
+    comparison below with the trainer's recomputation fails unless vLLM applied them too."""
+    from tests.vllm.tiny_llama import save_tiny_llama
+
+    start = save_tiny_llama(tmp_path_factory.mktemp("start"), seed=5) / "model.safetensors"
+    return ModelSpec(source="hf", path=str(llama_dir), init_from=str(start))
+
+
+def fields(spec: ModelSpec) -> dict:
+    return spec.model_dump(include={"source", "path", "init_from"}, mode="json")
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +70,9 @@ def test_behaviour_logprobs_equal_the_trainers_recomputation(engine, spec, tempe
     groups = engine.generate(prompts, 3, SamplingParams(temperature=temperature, max_new_tokens=24))
     assert [len(g) for g in groups] == [3, 3]
     assert all(len(s.logprobs) == len(s.tokens) > 0 for g in groups for s in g)
-    here = worst_gap(groups, prompts, lambda rows: trainer_logprobs(spec.path, temperature, rows))
+    here = worst_gap(groups, prompts, lambda rows: trainer_logprobs(fields(spec), temperature, rows))
     # The trainer's own environment (torch, transformers of the main venv), not only this one's.
-    there = worst_gap(groups, prompts, lambda rows: in_trainer_environment(spec.path, temperature, rows))
+    there = worst_gap(groups, prompts, lambda rows: in_trainer_environment(fields(spec), temperature, rows))
     print(f"T={temperature}: max |vLLM - trainer| per token {here:.2e} (this env), {there:.2e} (trainer env)")
     assert here <= TOLERANCE and there <= TOLERANCE
 
@@ -88,7 +97,7 @@ def test_logprobs_of_a_given_continuation_are_the_trainers(engine, spec):
     prompt, continuation = prompts_of(engine, "What is 2+3?", "It is 5")
     for temperature in (1.0, 0.7):
         got = engine.logprobs(prompt, continuation, temperature)
-        want = trainer_logprobs(spec.path, temperature, [(prompt, continuation)])[0]
+        want = trainer_logprobs(fields(spec), temperature, [(prompt, continuation)])[0]
         assert len(got) == len(continuation)
         assert max(abs(a - b) for a, b in zip(got, want)) <= TOLERANCE
 
@@ -122,11 +131,11 @@ def test_a_swap_changes_the_next_generations_in_place(engine, spec, original, tm
     engine.load_weights(weights_to_bytes(build_model(ModelSpec(source="hf", path=str(other)))))
     try:
         groups = engine.generate(prompts, 4, params)
-        assert worst_gap(groups, prompts, lambda rows: trainer_logprobs(str(other), 1.0, rows)) <= TOLERANCE
+        assert worst_gap(groups, prompts, lambda rows: trainer_logprobs({"source": "hf", "path": str(other)}, 1.0, rows)) <= TOLERANCE
     finally:
         engine.load_weights(original)  # and back: the same engine generates with the first weights again
     groups = engine.generate(prompts, 4, params)
-    assert worst_gap(groups, prompts, lambda rows: trainer_logprobs(spec.path, 1.0, rows)) <= TOLERANCE
+    assert worst_gap(groups, prompts, lambda rows: trainer_logprobs(fields(spec), 1.0, rows)) <= TOLERANCE
 
 
 def test_an_update_that_does_not_fit_is_refused_and_the_weights_stay(engine, spec, original):
@@ -146,7 +155,7 @@ def test_an_update_that_does_not_fit_is_refused_and_the_weights_stay(engine, spe
         engine.load_weights(adapter)
     prompts = prompts_of(engine, "What is 2+3?")
     groups = engine.generate(prompts, 2, SamplingParams(max_new_tokens=8))
-    assert worst_gap(groups, prompts, lambda rows: trainer_logprobs(spec.path, 1.0, rows)) <= TOLERANCE
+    assert worst_gap(groups, prompts, lambda rows: trainer_logprobs(fields(spec), 1.0, rows)) <= TOLERANCE
 
 
 def test_a_worker_generates_with_vllm_into_the_broker_and_swaps_from_the_topic(
@@ -155,7 +164,7 @@ def test_a_worker_generates_with_vllm_into_the_broker_and_swaps_from_the_topic(
     from rollout.worker import RolloutWorker
 
     monkeypatch.setattr(rollout.worker, "build_engine", lambda entry, model: engine)  # the module's engine
-    path = write_config(tmp_path / "run.yaml", namespace, model={"source": "hf", "path": spec.path},
+    path = write_config(tmp_path / "run.yaml", namespace, model=fields(spec),
                         rollout={"engine": {"name": "vllm"}, "sampling": {"max_new_tokens": 8},
                                  "reward": "numeric_match", "max_staleness": 0})
     config = load_run_config(path, RolloutRunConfig)
@@ -198,7 +207,7 @@ def test_a_worker_generates_with_vllm_into_the_broker_and_swaps_from_the_topic(
 
     assert {e.policy_version for e in first} == {0} and {e.policy_version for e in second + third} == {1}
     rows = [(e.prompt_tokens, e.response_tokens) for e in first]
-    for e, lp in zip(first, in_trainer_environment(spec.path, 1.0, rows)):
+    for e, lp in zip(first, in_trainer_environment(fields(spec), 1.0, rows)):
         assert len(e.behaviour_logprobs) == len(e.response_tokens) > 0
         assert max(abs(a - b) for a, b in zip(e.behaviour_logprobs, lp)) <= TOLERANCE
     uniform = -math.log(engine.llm.llm_engine.model_config.get_vocab_size())
