@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("kernel", "schemas", "streams", "processors", "rollout", "trainer", "infra")
-# Arrows run one way: {kernel, schemas} ← streams ← {processors, rollout, trainer} ← infra; the kernel
+PACKAGES = ("kernel", "schemas", "streams", "processors", "rollout", "trainer", "watchers", "infra")
+# Arrows run one way: {kernel, schemas} ← streams ← {processors, rollout, trainer, watchers} ← infra; the kernel
 # (registry, config files, model builders) and the contracts stand side by side at the bottom.
 MAY_IMPORT = {
     "kernel": set(),
@@ -19,6 +19,7 @@ MAY_IMPORT = {
     "processors": {"kernel", "schemas", "streams"},
     "rollout": {"kernel", "schemas", "streams"},
     "trainer": {"kernel", "schemas", "streams"},
+    "watchers": {"kernel", "schemas", "streams"},  # side consumers: they meet the stages on topics
     "infra": set(PACKAGES),
 }
 
@@ -43,7 +44,7 @@ def test_imports_follow_the_architecture(package):
         assert not wrong, f"{path.relative_to(ROOT)} imports {sorted(wrong)}"
 
 
-@pytest.mark.parametrize("package", ["processors", "rollout", "trainer"])
+@pytest.mark.parametrize("package", ["processors", "rollout", "trainer", "watchers"])
 def test_stages_leave_the_kafka_clients_to_streams(package):
     """Assigning, seeking, pausing and lag are streams' (RecordConsumer, GroupLag), not each stage's.
     (The processors runner wires a Faust agent: that is its job, and Faust's internals stay in streams/faust/.)"""
@@ -64,7 +65,7 @@ def test_ci_runs_the_readme_test_command():
 
 def test_readme_paths_exist():
     text = (ROOT / "README.md").read_text()
-    paths = set(re.findall(r"`((?:schemas|streams|processors|rollout|trainer|infra|tests|examples|benchmarks)/[^`\s]*)`", text))
+    paths = set(re.findall(r"`((?:schemas|streams|processors|rollout|trainer|watchers|infra|tests|examples|benchmarks)/[^`\s]*)`", text))
     assert len(paths) >= 8
     missing = sorted(p for p in paths if not (ROOT / p).exists())
     assert not missing, f"README names paths that do not exist: {missing}"

@@ -1,0 +1,76 @@
+"""The `watchers:` section: registry entries, each checked and built once while the config loads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from kernel.registry import Component, RegistryError
+from schemas import Record
+from streams import NAMESPACE_PATTERN, KafkaSettings, Topics
+from watchers.api import READABLE, WATCHERS, reads_of
+
+Entry = str | dict[str, Any]
+
+
+@dataclass
+class WatcherSpec:
+    """One configured watcher: its name (and consumer group), what it reads, how to build it."""
+
+    name: str
+    component: Component[Any]
+    reads: tuple[str, ...]
+
+    def build(self) -> Any:
+        """A fresh watcher: a class instance with empty windows, or the function bound to its kwargs."""
+        return self.component.bind()
+
+    def topics(self, namespace: str) -> list[str]:
+        return [getattr(Topics(namespace), r) for r in self.reads]
+
+    def record_types(self) -> tuple[type[Record], ...]:
+        return tuple(dict.fromkeys(READABLE[r] for r in self.reads))
+
+    def group(self, namespace: str) -> str:
+        return f"{namespace}.watcher.{self.name}"
+
+
+def watcher_specs(entries: list[Entry]) -> list[WatcherSpec]:
+    """Every entry resolved, its arguments checked and built once; a ValueError names `watchers.N`."""
+    specs: list[WatcherSpec] = []
+    for index, entry in enumerate(entries):
+        try:
+            component = WATCHERS.resolve(entry)
+            spec = WatcherSpec(component.name, component, reads_of(component.obj, component.name))
+            spec.build()  # the watcher's own checks of its arguments run now, not in the running component
+        except (RegistryError, ValueError, TypeError) as e:
+            raise ValueError(f"watchers.{index}: {e}") from None
+        if any(s.name == spec.name for s in specs):  # each watcher is its own consumer group, named by it
+            raise ValueError(f"watchers.{index}: {spec.name!r} is configured twice; its consumer group "
+                             f"<namespace>.watcher.{spec.name} would be shared")
+        specs.append(spec)
+    return specs
+
+
+def checked_watchers(entries: list[Entry]) -> list[Entry]:
+    """For a config validator: the entries unchanged once every one resolves and builds."""
+    watcher_specs(entries)
+    return entries
+
+
+class WatchSections(BaseModel):
+    """The sections `undertow watch` reads; the others belong to other stages."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    namespace: str = Field("undertow", pattern=NAMESPACE_PATTERN, description="whose topics to watch")
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="how to reach the brokers")
+    watchers: list[Entry] = Field(default_factory=list, description="watchers: a name, a dotted path, "
+                                                                    "or {name: …, **kwargs}")
+
+    @field_validator("watchers")
+    @classmethod
+    def _entries_build(cls, entries: list[Entry]) -> list[Entry]:
+        return checked_watchers(entries)
