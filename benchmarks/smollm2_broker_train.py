@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 import yaml  # noqa: E402
 
 from benchmarks.trainer_memory import experiences  # noqa: E402
-from infra.broker import LocalKafka, free_port_block  # noqa: E402
+from benchmarks.broker import benchmark_cluster  # noqa: E402
 from schemas import MetricEvent, decode  # noqa: E402
 from streams import KafkaSettings, RecordProducer, Topics, create_topics  # noqa: E402
 from streams.consumer import read_to_end  # noqa: E402
@@ -41,16 +41,8 @@ def main() -> None:
     ap.add_argument("--micro-rows", type=int, default=8)
     ap.add_argument("--steps", type=int, default=1)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        broker = None
-        if not os.environ.get("UNDERTOW_BOOTSTRAP"):
-            broker = LocalKafka(Path(tmp) / "kafka", port=free_port_block(2)).start()
-        settings = KafkaSettings(bootstrap_servers=broker.bootstrap_servers) if broker else KafkaSettings().with_env()
-        try:
-            run(settings, Path(tmp), args)
-        finally:
-            if broker:
-                broker.stop()
+    with tempfile.TemporaryDirectory() as tmp, benchmark_cluster(Path(tmp)) as settings:
+        run(settings, Path(tmp), args)
 
 
 def run(settings: KafkaSettings, tmp: Path, args: argparse.Namespace) -> None:

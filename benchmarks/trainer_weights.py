@@ -10,7 +10,6 @@ started unless $UNDERTOW_BOOTSTRAP names a cluster.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
@@ -22,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 
-from infra.broker import LocalKafka, free_port_block  # noqa: E402
+from benchmarks.broker import benchmark_cluster  # noqa: E402
 from kernel.config_io import load_config  # noqa: E402
 from kernel.models import build_model, weights_to_bytes  # noqa: E402
 from schemas import WeightUpdate, assemble_weights, decode  # noqa: E402
@@ -89,16 +88,8 @@ def main() -> None:
     cfg = load_config(args.config, TrainRunConfig)
     blob = weights_to_bytes(build_model(cfg.model))
     chunk_bytes = cfg.trainer.chunk_bytes
-    with tempfile.TemporaryDirectory() as tmp:
-        broker = None
-        if not os.environ.get("UNDERTOW_BOOTSTRAP"):
-            broker = LocalKafka(Path(tmp) / "kafka", port=free_port_block(2)).start()
-        settings = KafkaSettings(bootstrap_servers=broker.bootstrap_servers) if broker else KafkaSettings().with_env()
-        try:
-            best_ours, best_raw = measure(settings, blob, chunk_bytes, args.repeats)
-        finally:
-            if broker:
-                broker.stop()
+    with tempfile.TemporaryDirectory() as tmp, benchmark_cluster(Path(tmp)) as settings:
+        best_ours, best_raw = measure(settings, blob, chunk_bytes, args.repeats)
     print(f"weights of {args.config.name}'s model: {len(blob) / 2**20:.2f} MiB in {-(-len(blob) // chunk_bytes)} "
           f"chunk(s) of up to {chunk_bytes / 2**20:.0f} MiB")
     print(f"publish -> reassembled and verified: {best_ours:.3f} s (best of {args.repeats})")
