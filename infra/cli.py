@@ -16,6 +16,7 @@ from infra.cli_status import report, status
 from infra.cli_tail import tail
 from infra.cli_topics import topics_app
 from infra.cli_trainer import train
+from infra.cli_watch import watch
 
 app = typer.Typer(
     name="undertow",
@@ -31,6 +32,7 @@ app.add_typer(rollout_cli)  # undertow feed, undertow rollout
 app.command("process")(process)
 app.command("train")(train)
 app.command("eval")(eval_command)
+app.command("watch")(watch)
 app.command("archive")(archive)
 app.command("query")(query)
 app.command("replay")(replay)

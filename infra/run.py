@@ -28,8 +28,9 @@ from infra.supervisor import Child, Supervisor
 from streams import KafkaSettings, create_topics
 
 # The trainer checkpoints before the processors go; the evaluator after the trainer, to score its final
-# weights; the monitor goes last, to write everyone's final metrics.
-STOP_ORDER = ["feeder", "rollout", "trainer", "eval", "processors", "archive", "monitor"]
+# weights; the watchers after the evaluator, to read its last results; the monitor goes last, to write
+# everyone's final metrics.
+STOP_ORDER = ["feeder", "rollout", "trainer", "eval", "watch", "processors", "archive", "monitor"]
 
 
 @dataclass
@@ -168,6 +169,8 @@ class Run:
             sup.start("archive", [*cli, "archive", str(path)])
         if stage_config(self.raw, stage).eval.tasksets:  # a stage may switch the evaluation off or on
             sup.start("eval", [*cli, "eval", str(path)])
+        if self.config.watchers:
+            sup.start("watch", [*cli, "watch", str(path)])
         if self.config.monitor.sinks:
             sup.start("monitor", [*cli, "monitor", str(path)])
         try:

@@ -18,6 +18,7 @@ from kernel.models import ModelSpec
 from streams import NAMESPACE_PATTERN, KafkaSettings
 from streams.archive import ArchiveConfig
 from trainer.config import TrainerConfig
+from watchers.config import Entry as WatcherEntry, checked_watchers
 
 SECTIONS = ("model", "feeder", "rollout", "processors", "trainer")
 
@@ -98,7 +99,14 @@ class RunConfig(BaseModel):
                                                                      "`undertow eval` when it names tasksets")
     monitor: MonitorConfig = Field(default_factory=MonitorConfig, description="metric sinks; `undertow run` starts "
                                                                               "`undertow monitor` when it names any")
+    watchers: list[WatcherEntry] = Field(default_factory=list, description="stream watchers (a name, a dotted path, "
+                                         "or {name: …, **kwargs}); `undertow run` starts `undertow watch` when it names any")
     run: RunSection = Field(default_factory=RunSection, description="supervision")
+
+    @field_validator("watchers")
+    @classmethod
+    def _watchers_build(cls, entries: list[WatcherEntry]) -> list[WatcherEntry]:
+        return checked_watchers(entries)  # unknown names and arguments fail here, naming watchers.N
 
     @model_validator(mode="after")
     def _sections_agree(self) -> "RunConfig":

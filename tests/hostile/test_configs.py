@@ -70,6 +70,13 @@ CASES = [
     ("eval", {"eval": {"tasksets": []}}, ["eval.tasksets: the config names no held-out taskset"]),
     ("eval", {"eval": {"greedy": False, "tasksets": [{"name": "h", "source": "sums"}]}},
      ["eval", "samples: with greedy: false, samples must be >= 1"]),
+    ("watch", {"watchers": ["response_length", "no_such_watcher"]}, ["watchers.1", "no_such_watcher", "unknown"]),
+    ("run", {"watchers": ["stale_fraction", {"name": "entropy_collapse", "windw": 3}]},
+     ["watchers.1", "unexpected argument(s) ['windw']"]),
+    ("run", {"watchers": [{"name": "response_length", "factor": 0.5}]}, ["watchers.0", "factor > 1"]),  # its own check
+    ("watch", {"watchers": ["json.dumps"]}, ["watchers.0", "`reads` must list some of"]),  # no topics to read
+    ("watch", {"watchers": ["response_length", "response_length"]}, ["watchers.1", "configured twice"]),
+    ("watch", {"watchers": []}, ["watchers is empty"]),
 ]
 
 
