@@ -20,7 +20,7 @@ from schemas import MetricEvent
 from streams import Delivery, KafkaSettings, RecordConsumer, Topics
 
 log = logging.getLogger(__name__)
-SOURCE_LABELS = ("worker", "event", "child")  # labels that tell two series of one component apart
+SOURCE_LABELS = ("worker", "event", "child", "watcher")  # labels that tell two series of one component apart
 
 
 class VersionClock:

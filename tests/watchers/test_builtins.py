@@ -126,3 +126,12 @@ def test_rejection_watchers_stay_quiet_on_a_normal_trickle():
     for name in ("rejection_rate", "stale_fraction"):
         h = Harness({"name": name, "window": 50})
         assert h.feed((responses([3] * 19) + [rejected("stale")]) * 20) == [], name  # 1 in 20
+
+
+def test_alerts_plot_as_one_series_per_watcher():
+    from infra.monitor.component import scalars_of
+
+    h = Harness({"name": "format_violations", "window": 1, "max_fraction": 0.0})
+    h.feed([exp(finish="length")])
+    tags = {s.tag for s in scalars_of(h.events[0], step=0)}
+    assert tags == {"watcher/format_violations/violation_fraction", "watcher/format_violations/threshold"}
