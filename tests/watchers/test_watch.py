@@ -24,6 +24,10 @@ def alerts(events: list[MetricEvent], name: str) -> list[MetricEvent]:
     return [e for e in events if e.labels.get("alert") == name]
 
 
+def errors(events: list[MetricEvent]) -> list[MetricEvent]:
+    return [e for e in events if "error" in e.labels]
+
+
 def stop(proc) -> str:
     proc.send_signal(signal.SIGTERM)
     output = proc.communicate(timeout=60)[0]
@@ -41,13 +45,16 @@ def test_watch_alerts_records_a_raising_watcher_and_resumes(kafka, namespace, tm
                                 exp("d", tokens=20), exp("e", tokens=20)], key_of=one_partition)
 
     proc = start_cli("watch", str(config))
-    events = wait_for(lambda: (lambda es: es if len(alerts(es, "too_long")) >= 2 and alerts(es, "response_length_blowup")
-                               and any("error" in e.labels for e in es) else None)(watcher_events(kafka, topics)),
-                      timeout=90, what="alerts and the error on the metrics topic", proc=proc)
+    def all_landed() -> list[MetricEvent] | None:
+        es = watcher_events(kafka, topics)
+        done = len(alerts(es, "too_long")) >= 2 and alerts(es, "response_length_blowup") and errors(es)
+        return es if done else None
+
+    events = wait_for(all_landed, timeout=90, what="alerts and the error on the metrics topic", proc=proc)
     (blowup,) = alerts(events, "response_length_blowup")
     assert blowup.labels["watcher"] == "response_length" and blowup.values["threshold"] == 6.0
     assert blowup.values["response_tokens_mean"] == 11.5  # (3 + 20) / 2: "boom" had 3 tokens
-    (error,) = [e for e in events if "error" in e.labels]
+    (error,) = errors(events)
     assert error.labels["watcher"] == USERS and "RuntimeError: cannot judge c/0" in error.labels["error"]
     assert [e.values["response_tokens"] for e in alerts(events, "too_long")] == [20.0, 20.0]  # it went on
     wait_for(lambda: GroupLag(kafka, topics.raw, f"{namespace}.watcher.{USERS}")() == 0,
@@ -62,4 +69,4 @@ def test_watch_alerts_records_a_raising_watcher_and_resumes(kafka, namespace, tm
     stop(proc)
     events = watcher_events(kafka, topics)
     assert [e.values["response_tokens"] for e in alerts(events, "too_long")] == [20.0, 20.0, 30.0]
-    assert len(alerts(events, "response_length_blowup")) == 1 and len([e for e in events if "error" in e.labels]) == 1
+    assert len(alerts(events, "response_length_blowup")) == 1 and len(errors(events)) == 1
