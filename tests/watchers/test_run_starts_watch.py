@@ -3,6 +3,8 @@ it after the trainer and the evaluator (children faked: only the wiring is under
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -30,6 +32,6 @@ def test_run_starts_watch_only_when_watchers_are_named(kafka, namespace, tmp_pat
         return
     (argv,) = watch
     assert argv[-2:] == ["watch", str(tmp_path / "stages" / "0-main.yaml")]
-    assert yaml.safe_load(open(argv[-1]))["watchers"] == watchers  # what `undertow watch` will read
+    assert yaml.safe_load(Path(argv[-1]).read_text())["watchers"] == watchers  # what `undertow watch` will read
     (order,) = stopped
     assert order.index("trainer") < order.index("eval") < order.index("watch") < order.index("monitor")
