@@ -133,9 +133,14 @@ class RunConfig(BaseModel):
                 problems.append(f"eval.tasksets.{i} ({heldout.name}) has the same source as a feeder taskset: "
                                 f"held-out tasks must not be training tasks (give the generator another seed)")
         engine = rollout.engine if isinstance(rollout.engine, str) else rollout.engine.get("name")
-        if trainer.lora is not None and engine != "transformers":
+        lora_rank = None if isinstance(rollout.engine, str) else rollout.engine.get("max_lora_rank")
+        if trainer.lora is not None and engine == "vllm" and (lora_rank or 0) < trainer.lora.rank:
+            problems.append(f"trainer.lora (rank {trainer.lora.rank}) publishes adapter-only weight updates, which "
+                            f"the vllm engine applies only when started for them: set rollout.engine.max_lora_rank "
+                            f">= {trainer.lora.rank}")
+        elif trainer.lora is not None and engine not in ("transformers", "vllm"):
             problems.append(f"trainer.lora publishes adapter-only weight updates, which rollout.engine "
-                            f"({engine}) cannot apply yet: use the transformers engine")
+                            f"({engine}) cannot apply yet: use the transformers or vllm engine")
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -17,6 +17,7 @@ from kernel.models import ModelSpec, build_tokenizer, local_dir
 from kernel.models.adapters import is_adapter
 
 from rollout.engines.base import Sample, SamplingParams, engines
+from rollout.engines.vllm_lora import LoraSlot
 from rollout.engines.vllm_weights import checkpoint_shapes, check_update
 
 WORKER_EXTENSION = "rollout.engines.vllm_worker.WeightReload"
@@ -35,7 +36,7 @@ class VLLMEngine:
 
     def __init__(self, spec: ModelSpec, *, seed: int = 0, max_model_len: int | None = None,
                  kv_cache_gib: int = 1, gpu_memory_utilization: float = 0.5, enforce_eager: bool = True,
-                 max_num_seqs: int = 256):
+                 max_num_seqs: int = 256, max_lora_rank: int | None = None):
         try:
             from vllm import LLM
         except ImportError as e:
@@ -45,10 +46,13 @@ class VLLMEngine:
         self.tokenizer = build_tokenizer(spec)
         self.shapes = checkpoint_shapes(path)
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))  # GiB on CPU; GPUs use the fraction
+        # LoRA layers are set up at start-up only: an engine for trainer.lora says its largest rank.
+        lora = {"enable_lora": True, "max_lora_rank": max_lora_rank, "max_loras": 1} if max_lora_rank else {}
+        self.lora = LoraSlot(path, max_lora_rank) if max_lora_rank else None
         self.llm = LLM(model=path, tokenizer=path, dtype=spec.dtype, seed=seed, max_model_len=max_model_len,
                        gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
                        max_num_seqs=max_num_seqs, logprobs_mode="processed_logprobs", max_logprobs=-1,
-                       worker_extension_cls=WORKER_EXTENSION)
+                       worker_extension_cls=WORKER_EXTENSION, **lora)
         self.max_length = self.llm.llm_engine.model_config.max_model_len
         if spec.init_from:  # a later stage starts from the previous stage's checkpoint
             from pathlib import Path
@@ -59,7 +63,8 @@ class VLLMEngine:
     def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Sample]]:
         refuse_warped_sampling(params)
         sampling = [self._sampling(len(p), n, params) for p in prompts]
-        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], sampling, use_tqdm=False)
+        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], sampling, use_tqdm=False,
+                                    lora_request=self._adapter())
         groups = [[self._sample(c) for c in out.outputs] for out in outputs]
         if _greedy(params) and params.temperature != 1.0:  # vLLM's greedy log-probs are at temperature 1
             for prompt, group in zip(prompts, groups):
@@ -76,7 +81,8 @@ class VLLMEngine:
         ids = prompt + continuation
         full = temperature != 1.0
         out = self.llm.generate([{"prompt_token_ids": ids}], VSampling(max_tokens=1, prompt_logprobs=-1 if full else 0,
-                                                                        detokenize=False), use_tqdm=False)[0]
+                                                                        detokenize=False), use_tqdm=False,
+                                lora_request=self._adapter())[0]
         result = []
         for i in range(len(prompt), len(ids)):
             position = out.prompt_logprobs[i]
@@ -90,12 +96,17 @@ class VLLMEngine:
         return result
 
     def load_weights(self, blob: bytes) -> None:
-        """Whole weights (the HF state dict, as safetensors) into the running engine; a blob that
-        does not fit the checkpoint is refused before anything is written."""
+        """Whole weights (the HF state dict, as safetensors) into the running engine, or a LoRA
+        adapter over the base it holds; a blob that does not fit is refused before anything is written."""
         if is_adapter(blob):
-            raise ValueError("engine 'vllm' cannot apply adapter-only weight updates (trainer.lora): "
-                             "use the transformers engine, or publish merged weights")
+            if self.lora is None:
+                raise ValueError("engine 'vllm' applies adapter-only weight updates (trainer.lora) only when "
+                                 "started for them: set rollout.engine.max_lora_rank")
+            self.lora.load(self.llm, blob)
+            return
         check_update(blob, self.shapes)
+        if self.lora is not None:
+            self.lora.clear(self.llm)
         folder = "/dev/shm" if os.path.isdir("/dev/shm") else None  # memory, not disk, where there is one
         with tempfile.NamedTemporaryFile(suffix=".safetensors", dir=folder) as f:
             f.write(blob)
@@ -103,6 +114,9 @@ class VLLMEngine:
             self.llm.collective_rpc("undertow_reload", args=(f.name,))
         # Cached prefixes hold keys and values of the old weights.
         self.llm.reset_prefix_cache()
+
+    def _adapter(self) -> Any:
+        return self.lora.request if self.lora is not None else None
 
     def _sampling(self, prompt_len: int, n: int, params: SamplingParams) -> Any:
         from vllm import SamplingParams as VSampling

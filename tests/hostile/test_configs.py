@@ -60,7 +60,9 @@ CASES = [
      ["trainer.engine.schedule", "total_steps: the cosine schedule decays to 0 at total_steps"]),
     ("train", {"trainer": {"lora": {"rank": 0, "dropout": 1.5}}}, ["trainer.lora.rank", "trainer.lora.dropout"]),
     ("run", {"trainer": {"lora": {}}, "rollout": {"engine": {"name": "vllm"}}},
-     ["trainer.lora publishes adapter-only weight updates, which rollout.engine (vllm) cannot apply"]),
+     ["trainer.lora (rank 8) publishes adapter-only weight updates", "rollout.engine.max_lora_rank >= 8"]),
+    ("run", {"trainer": {"lora": {"rank": 16}}, "rollout": {"engine": {"name": "vllm", "max_lora_rank": 8}}},
+     ["rollout.engine.max_lora_rank >= 16"]),
     ("rollout", {"rollout": {"engine": {"name": "vllm"}, "sampling": {"top_p": 0.9}}},  # log-probs over the nucleus
      ["rollout.sampling.top_p (0.9) must be 1 with the vllm engine"]),
     ("run", {"rollout": {"engine": "vllm", "sampling": {"top_p": 0.95}}}, ["rollout.sampling.top_p (0.95)"]),
