@@ -26,7 +26,8 @@ import torch
 from schemas import Record
 
 from .algorithms import Totals
-from .engine import Process, finite_guard
+from .engine import Process
+from .optim import finite_guard
 from .intake import record_id, record_tokens
 from .relay import collective_device, shard
 
