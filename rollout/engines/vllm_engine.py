@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import replace
 from typing import Any, Literal
 
 from kernel.models import ModelSpec, build_tokenizer, local_dir
@@ -62,11 +63,15 @@ class VLLMEngine:
 
     def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Sample]]:
         refuse_warped_sampling(params)
-        sampling = [self._sampling(len(p), n, params) for p in prompts]
+        # vLLM refuses n > 1 when greedy: every greedy sample of a prompt is the same one.
+        sampling = [self._sampling(len(p), 1 if params.greedy else n, params) for p in prompts]
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], sampling, use_tqdm=False,
                                     lora_request=self._adapter())
         groups = [[self._sample(c) for c in out.outputs] for out in outputs]
-        if _greedy(params) and params.temperature != 1.0:  # vLLM's greedy log-probs are at temperature 1
+        if params.greedy:
+            groups = [[replace(g, tokens=list(g.tokens), logprobs=list(g.logprobs)) for g in group * n]
+                      for group in groups]
+        if params.greedy and params.temperature != 1.0:  # vLLM's greedy log-probs are at temperature 1
             for prompt, group in zip(prompts, groups):
                 for s in group:
                     s.logprobs = self.logprobs(prompt, s.tokens, params.temperature) if s.tokens else []
@@ -125,7 +130,8 @@ class VLLMEngine:
         if room < 1:
             raise ValueError(f"prompt of {prompt_len} tokens leaves no room in a context of {self.max_length}")
         # The tokenizer's EOS ends a response, as in the transformers engine (included in the tokens).
-        return VSampling(n=n, temperature=0.0 if _greedy(params) else params.temperature, top_p=1.0, top_k=0, max_tokens=room, logprobs=0,
+        return VSampling(n=n, temperature=0.0 if params.greedy else params.temperature, top_p=1.0, top_k=0,
+                         max_tokens=room, logprobs=0,
                          stop_token_ids=[self.tokenizer.eos_token_id], detokenize=False)
 
     def _sample(self, completion: Any) -> Sample:
@@ -134,8 +140,3 @@ class VLLMEngine:
         return Sample(tokens=tokens, text=self.tokenizer.decode(tokens, skip_special_tokens=True),
                       logprobs=[position[t].logprob for position, t in zip(completion.logprobs, tokens)],
                       finish_reason=reason)
-
-
-def _greedy(params: SamplingParams) -> bool:
-    """Evaluation's most-likely-token decoding (a SamplingParams field newer than this engine's first version)."""
-    return bool(getattr(params, "greedy", False))

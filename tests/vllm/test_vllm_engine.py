@@ -102,6 +102,21 @@ def test_logprobs_of_a_given_continuation_are_the_trainers(engine, spec):
         assert max(abs(a - b) for a, b in zip(got, want)) <= TOLERANCE
 
 
+def test_greedy_takes_the_most_likely_token_and_keeps_the_trainers_logprobs(engine, spec):
+    prompt = prompts_of(engine, "What is 2+3?")[0]
+    for temperature in (1.0, 0.7):  # vLLM's greedy log-probs are at temperature 1: the engine rescores
+        first, second = engine.generate([prompt], 2, SamplingParams(greedy=True, temperature=temperature,
+                                                                    max_new_tokens=12))[0]
+        assert first.tokens == second.tokens
+        expected = trainer_logprobs(fields(spec), temperature, [(prompt, first.tokens)])[0]
+        assert max(abs(a - b) for a, b in zip(first.logprobs, expected)) <= TOLERANCE
+    model = build_model(spec)  # argmax at every step, under the trainer's model
+    ids = torch.tensor([prompt + first.tokens])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1]
+    assert logits.argmax(-1).tolist() == first.tokens
+
+
 def test_top_p_below_one_is_refused(engine):
     with pytest.raises(ValueError, match="rollout.sampling.top_p"):
         engine.generate(prompts_of(engine, "hi"), 1, SamplingParams(top_p=0.9))
@@ -117,7 +132,8 @@ def zeroed_head(spec: ModelSpec) -> bytes:
 def test_a_swap_changes_the_next_generations_in_place(engine, spec, original, tmp_path):
     from tests.vllm.tiny_llama import save_tiny_llama
 
-    # Longer than two KV blocks (128 tokens each on CPU), and generated from before the swap: vLLM has its prefix cached.
+    # Longer than two KV blocks (128 tokens each on CPU) and generated from before the swap:
+    # vLLM has its prefix cached.
     prompts, params = prompts_of(engine, "Add the numbers 12, 30 and 7, then tell me the sum twice. " * 5), \
         SamplingParams(max_new_tokens=16)
     engine.generate(prompts, 2, params)
@@ -131,7 +147,8 @@ def test_a_swap_changes_the_next_generations_in_place(engine, spec, original, tm
     engine.load_weights(weights_to_bytes(build_model(ModelSpec(source="hf", path=str(other)))))
     try:
         groups = engine.generate(prompts, 4, params)
-        assert worst_gap(groups, prompts, lambda rows: trainer_logprobs({"source": "hf", "path": str(other)}, 1.0, rows)) <= TOLERANCE
+        other_model = {"source": "hf", "path": str(other)}
+        assert worst_gap(groups, prompts, lambda rows: trainer_logprobs(other_model, 1.0, rows)) <= TOLERANCE
     finally:
         engine.load_weights(original)  # and back: the same engine generates with the first weights again
     groups = engine.generate(prompts, 4, params)

@@ -31,14 +31,16 @@ def trainer_logprobs(model: dict, temperature: float, rows: list[tuple[list[int]
     return [lp[i, len(p) - 1:len(seqs[i]) - 1].tolist() for i, (p, _) in enumerate(rows)]
 
 
-def in_trainer_environment(model: dict, temperature: float, rows: list[tuple[list[int], list[int]]]) -> list[list[float]]:
+def in_trainer_environment(model: dict, temperature: float,
+                           rows: list[tuple[list[int], list[int]]]) -> list[list[float]]:
     """`trainer_logprobs` in the main venv (a subprocess), not in the vLLM one this test runs in."""
     cache = Path(os.environ.get("UNDERTOW_CACHE", Path.home() / ".cache" / "undertow"))
     python = cache / "venv" / "bin" / "python"
     assert python.exists(), f"the main environment {python} is missing: bash infra/bootstrap.sh"
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([str(python), "-m", "tests.vllm.trainer_logprobs"], cwd=root, check=True, text=True,
-                         capture_output=True, input=json.dumps({"model": model, "temperature": temperature, "rows": rows}))
+                         capture_output=True,
+                         input=json.dumps({"model": model, "temperature": temperature, "rows": rows}))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
