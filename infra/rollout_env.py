@@ -39,3 +39,10 @@ def rollout_command(config_path: str | Path) -> list[str]:
     if engine_name(config_path) == "vllm":
         return [str(vllm_python()), "-m", "infra.cli_rollout"]
     return [sys.executable, "-m", "infra.cli"]
+
+
+def eval_command(config_path: str | Path) -> list[str]:
+    """The command prefix before `eval CONFIG`: the evaluator builds the rollout engine too."""
+    if engine_name(config_path) == "vllm":
+        return [str(vllm_python()), "-m", "infra.cli"]
+    return [sys.executable, "-m", "infra.cli"]

@@ -22,7 +22,7 @@ from typing import Any, Callable
 from infra.broker import LocalKafka, free_port_block
 from infra.metrics_log import MetricsRecorder, RunEvents, last_recorded
 from infra.restarts import Crash, RestartBudget
-from infra.rollout_env import rollout_command
+from infra.rollout_env import eval_command, rollout_command
 from infra.run_config import RestartPolicy, RunConfig, Stage, stage_config, stage_mapping, write_yaml
 from infra.supervisor import Child, Supervisor
 from streams import KafkaSettings, create_topics
@@ -168,7 +168,7 @@ class Run:
         if self.config.run.archive:
             sup.start("archive", [*cli, "archive", str(path)])
         if stage_config(self.raw, stage).eval.tasksets:  # a stage may switch the evaluation off or on
-            sup.start("eval", [*cli, "eval", str(path)])
+            sup.start("eval", [*eval_command(path), "eval", str(path)])
         if self.config.watchers:
             sup.start("watch", [*cli, "watch", str(path)])
         if self.config.monitor.sinks:

@@ -7,7 +7,7 @@ import sys
 import pytest
 import yaml
 
-from infra.rollout_env import VLLM_PYTHON_ENV, rollout_command
+from infra.rollout_env import VLLM_PYTHON_ENV, eval_command, rollout_command
 
 
 def config(tmp_path, engine) -> str:
@@ -30,6 +30,8 @@ def test_vllm_runs_in_the_vllm_environment_through_the_faust_free_entry_point(tm
     python.parent.mkdir(parents=True)
     python.touch()
     assert rollout_command(config(tmp_path, "vllm")) == [str(python), "-m", "infra.cli_rollout"]
+    assert eval_command(config(tmp_path, "vllm")) == [str(python), "-m", "infra.cli"]  # it builds the engine too
+    assert eval_command(config(tmp_path, "transformers")) == [sys.executable, "-m", "infra.cli"]
     monkeypatch.setenv(VLLM_PYTHON_ENV, "/opt/other/python")
     assert rollout_command(config(tmp_path, "vllm"))[0] == "/opt/other/python"
 
