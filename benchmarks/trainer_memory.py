@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -90,7 +91,7 @@ def measure(label: str, mode: str, args: argparse.Namespace, micro_rows: int, ch
            "--micro-rows", str(micro_rows), "--steps", str(args.steps), "--threads", str(args.threads),
            *(["--checkpointing"] if checkpointing else [])]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
-                          env={**__import__("os").environ, "OMP_NUM_THREADS": str(args.threads)})
+                          env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
     if done.returncode != 0:
         raise SystemExit(f"{label} failed:\n{done.stderr[-4000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from infra.monitor.sinks import Scalar, SinkContext, require, sinks
+from infra.monitor.sinks import Scalar, SinkContext, needs_extra, sinks
 
 STAGE_TAG = "undertow.stage"
 
@@ -20,8 +20,10 @@ class MlflowSink:
             # MLflow 3 refuses file stores unless told; the database stores need SQLAlchemy, which
             # mlflow-skinny leaves out, and a run directory should stay plain files.
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-        tracking = require("mlflow.tracking", "mlflow")
-        self._metric = require("mlflow.entities", "mlflow").Metric
+        with needs_extra("mlflow"):
+            from mlflow import tracking
+            from mlflow.entities import Metric
+        self._metric = Metric
         self.client = tracking.MlflowClient(tracking_uri=uri)
         name = experiment or context.run
         found = self.client.get_experiment_by_name(name)

@@ -8,12 +8,11 @@ the extra to install, not an ImportError at start-up of every command.
 
 from __future__ import annotations
 
-import importlib
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
-from typing import Protocol
+from typing import Iterator, Protocol
 
 from kernel.registry import Registry
 
@@ -57,12 +56,13 @@ class MissingExtra(RuntimeError):
 sinks: Registry[type] = Registry("monitor sink")
 
 
-def require(module: str, sink: str) -> ModuleType:
-    """Import `module` for `sink`, or say which extra installs it."""
+@contextmanager
+def needs_extra(sink: str) -> Iterator[None]:
+    """Around a sink's imports: a missing package says which extra installs it."""
     try:
-        return importlib.import_module(module)
+        yield
     except ImportError as e:
-        raise MissingExtra(f"monitor sink {sink!r} needs the {module.split('.')[0]!r} package ({e}); "
+        raise MissingExtra(f"monitor sink {sink!r} needs a package that is not installed ({e}); "
                            f"install it with: pip install 'undertow[{EXTRA}]'") from None
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infra.monitor.sinks import Scalar, SinkContext, require, sinks
+from infra.monitor.sinks import Scalar, SinkContext, needs_extra, sinks
 
 
 @sinks.register("tensorboard")
@@ -10,9 +10,10 @@ class TensorBoardSink:
     """One TensorBoard run per stage; each metric a scalar series over policy versions."""
 
     def __init__(self, context: SinkContext, *, subdir: str = "tensorboard"):
-        writer = require("tensorboard.summary.writer.event_file_writer", "tensorboard")
-        self._pb = require("tensorboard.compat.proto.summary_pb2", "tensorboard")
-        self._event = require("tensorboard.compat.proto.event_pb2", "tensorboard").Event
+        with needs_extra("tensorboard"):
+            from tensorboard.compat.proto import event_pb2, summary_pb2
+            from tensorboard.summary.writer import event_file_writer as writer
+        self._pb, self._event = summary_pb2, event_pb2.Event
         self.logdir = context.directory / subdir / context.stage
         self.logdir.mkdir(parents=True, exist_ok=True)
         self._writer = writer.EventFileWriter(str(self.logdir))

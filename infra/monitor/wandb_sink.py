@@ -7,7 +7,7 @@ import re
 from itertools import groupby
 from typing import Literal
 
-from infra.monitor.sinks import Scalar, SinkContext, require, sinks
+from infra.monitor.sinks import Scalar, SinkContext, needs_extra, sinks
 
 STEP = "policy_version"
 
@@ -19,7 +19,8 @@ class WandbSink:
     def __init__(self, context: SinkContext, *, project: str = "undertow", entity: str | None = None,
                  mode: Literal["offline", "online", "disabled"] = "offline"):
         os.environ.setdefault("WANDB_SILENT", "true")  # its banner would fill the monitor's log
-        wandb = require("wandb", "wandb")
+        with needs_extra("wandb"):
+            import wandb
         # The same id on a restart: the stage's records stay one run when synced.
         run_id = re.sub(r"[^A-Za-z0-9_-]", "-", f"{context.run}-{context.stage}")
         self.run = wandb.init(project=project, entity=entity, mode=mode, dir=str(context.directory),
