@@ -10,7 +10,7 @@ import pytest
 
 from infra.broker import free_port_block
 from schemas import Task
-from streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
+from streams import CATALOG, KafkaSettings, RecordConsumer, RecordProducer, Topics
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -37,12 +37,12 @@ def test_broker_up_topics_down_up_keeps_data(cli_env, tmp_path):
     try:
         assert "running" in undertow("broker", "status", env=cli_env).stdout
         listed = undertow("topics", "list", "-n", "demo", env=cli_env).stdout
-        assert listed.count("│ no ") == 7  # the whole catalog, not yet created
+        assert listed.count("│ no ") == len(CATALOG)  # the whole catalog, not yet created
 
         created = undertow("topics", "create", "-n", "demo", env=cli_env).stdout
-        assert "created 7 topic(s)" in created
+        assert f"created {len(CATALOG)} topic(s)" in created
         listed = undertow("topics", "list", "-n", "demo", env=cli_env).stdout
-        assert listed.count("│ yes ") == 7 and "demo.experiences.ready" in listed
+        assert listed.count("│ yes ") == len(CATALOG) and "demo.experiences.ready" in listed
 
         kafka = KafkaSettings(bootstrap_servers=f"127.0.0.1:{port}")
         with RecordProducer(kafka) as p:

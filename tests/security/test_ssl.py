@@ -20,8 +20,8 @@ from infra.broker import LocalKafka, free_port_block
 from infra.certificates import make_certificates
 from infra.config import resolve_kafka
 from schemas import Task, encode
-from streams import (KafkaSettings, KafkaUnreachable, RecordConsumer, RecordProducer, Topics, create_topics,
-                     list_topics, record_counts)
+from streams import (CATALOG, KafkaSettings, KafkaUnreachable, RecordConsumer, RecordProducer, Topics,
+                     create_topics, list_topics, record_counts)
 from tests.security.helpers import client_certificate, through_worker_to_feed
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -57,7 +57,7 @@ def test_admin_producer_and_consumer_connect_over_tls(broker):
     settings = tls(broker)
     ns = f"tls-{uuid.uuid4().hex[:8]}"
     created = create_topics(settings, ns)
-    assert len(created) == 7 and list_topics(settings, ns) == created
+    assert len(created) == len(CATALOG) and list_topics(settings, ns) == created
     tasks = Topics(ns).tasks
     with RecordProducer(settings) as p:
         for i in range(3):
@@ -122,7 +122,7 @@ def test_sasl_over_tls_logs_in_and_keeps_its_certificates_across_a_restart(tmp_p
         assert (settings.security_protocol, settings.sasl_username) == ("SASL_SSL", "alice")
         ns = f"tls-{uuid.uuid4().hex[:8]}"
         created = create_topics(settings, ns)
-        assert len(created) == 7 and list_topics(settings, ns) == created
+        assert len(created) == len(CATALOG) and list_topics(settings, ns) == created
         wrong = settings.model_copy(update={"sasl_password": "not-hers"})
         with pytest.raises(KafkaUnreachable, match="accepted a SASL_SSL connection as SASL user 'alice'"):
             RecordProducer(wrong, bootstrap_timeout_ms=3000)
@@ -157,7 +157,7 @@ def test_a_broker_that_requires_client_certificates_admits_every_client_that_hol
             RecordProducer(anonymous, bootstrap_timeout_ms=3000)
         assert "BAD_CERTIFICATE" in caplog.text  # refused for the missing certificate
         ns = f"mtls-{uuid.uuid4().hex[:8]}"
-        assert len(create_topics(settings, ns)) == 7
+        assert len(create_topics(settings, ns)) == len(CATALOG)
         batch, _ = through_worker_to_feed(ns, settings, settings, tmp_path)
         assert sorted(i.record.experience_id for i in batch) == ["g0/0", "g0/1"]
     finally:
