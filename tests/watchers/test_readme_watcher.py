@@ -15,10 +15,11 @@ def test_readme_watcher_example(tmp_path, monkeypatch):
     (tmp_path / "my_lab").mkdir()
     (tmp_path / "my_lab" / "watchers.py").write_text(block)
     monkeypatch.syspath_prepend(str(tmp_path))
+    # Other README tests make a my_lab package of their own: this one must not find theirs.
+    for name in ("my_lab", "my_lab.watchers"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
     h = Harness({"name": "my_lab.watchers.too_long", "max_tokens": 4})
     assert h.feed([exp("a", tokens=4), exp("b", tokens=5)]) == h.alerts
     (alert,) = h.alerts
     assert (alert.alert, alert.value, alert.threshold) == ("too_long", 5, 4)
     assert h.events[0].labels == {"watcher": "my_lab.watchers.too_long", "alert": "too_long"}
-    sys.modules.pop("my_lab.watchers", None)
-    sys.modules.pop("my_lab", None)
