@@ -104,3 +104,15 @@ def test_every_shipped_config_loads_and_builds_its_pipelines():
             section = ProcessorsConfig.model_validate(stage_mapping(raw, stage).get("processors") or {})
             pipeline = Pipeline.from_config(section.pipeline)  # registry names and kwargs, no broker
             assert len(pipeline.stages) >= 1, (path, stage)
+
+
+def test_every_top_level_package_is_installed():
+    """The `undertow` command imports from the installed packages, not from the checkout: a folder
+    missing from pyproject's include list works under `python -m` here and breaks the command."""
+    import fnmatch
+    import tomllib
+
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = sorted(p.parent.name for p in ROOT.glob("*/__init__.py") if p.parent.name != "tests")
+    missing = [p for p in packages if not any(fnmatch.fnmatch(p, pattern) for pattern in include)]
+    assert not missing, f"pyproject.toml [tool.setuptools.packages.find] include lacks {missing}"
