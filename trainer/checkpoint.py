@@ -2,7 +2,7 @@
 
 Layout under the run's directory:
     step-00000012/            DeepSpeed checkpoint (tag), with hf/ (save_pretrained), trainer_state.json
-                              and ranks.json (each rank's weights sha256: they must agree)
+                              and, with several ranks, ranks.json (each rank's weights sha256: they must agree)
     LATEST                    the tag of the newest complete checkpoint (written last, atomically)
     ledger.jsonl              per step: which record ids it trained on (an audit trail; cut back on resume)
 A crash mid-save leaves LATEST at the previous complete checkpoint.

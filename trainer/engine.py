@@ -167,10 +167,11 @@ def export_pretrained(engine: Any, directory: Path) -> None:
 
 def rank_fingerprints(engine: Any) -> list[str] | None:
     """The sha256 of the weights each rank holds (every rank must call it): data-parallel ranks that
-    disagree have silently diverged. None under ZeRO-3, where no rank holds whole weights."""
+    disagree have silently diverged. None for one rank (nothing to compare) and under ZeRO-3, where
+    no rank holds whole weights."""
     import hashlib
 
-    if engine.zero_optimization_stage() == 3:
+    if dist.get_world_size() == 1 or engine.zero_optimization_stage() == 3:
         return None
     digest = hashlib.sha256()
     for name, tensor in sorted(engine.module.state_dict().items()):
