@@ -37,6 +37,12 @@ fi
 "$venv/bin/pip" install -q --no-deps --no-build-isolation -e "$root" >/dev/null 2>&1 \
   || "$venv/bin/pip" install --no-deps --no-build-isolation -e "$root"
 "$venv/bin/python" -c "from infra import kafka_dist; kafka_dist.classpath()"
+# The report page's test opens it in a real headless browser: Debian's chromium, driven by
+# playwright (which must not download a browser of its own). Skipped where apt-get is not ours.
+if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  echo "installing chromium (for the report page's browser test)" >&2
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null
+fi
 echo "$venv"
 if [ "$with_vllm" = yes ]; then
   bash "$root/infra/bootstrap_vllm.sh"

@@ -94,7 +94,8 @@ def _throughput(run_dir: Path) -> None:
 
 
 def report(run_dir: Path = typer.Argument(..., help="The run directory.", exists=True, file_okay=False)) -> None:
-    """PNG plots of reward, staleness, throughput and losses, and a markdown summary."""
+    """One HTML page (opens offline), PNG plots of reward, staleness, throughput and losses, a markdown summary."""
     with user_errors():
         summary = write_report(run_dir)
-        console.print(f"wrote {summary} and {len(list(summary.parent.glob('*.png')))} plot(s)")
+        console.print(f"wrote {summary.parent / 'index.html'}, {summary} and "
+                      f"{len(list(summary.parent.glob('*.png')))} plot(s)")

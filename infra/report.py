@@ -1,7 +1,8 @@
-"""`undertow report RUN_DIR`: PNG plots of a run's metrics and a markdown summary."""
+"""`undertow report RUN_DIR`: PNG plots of a run's metrics, a markdown summary and one HTML page."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections import defaultdict
@@ -9,6 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infra.metrics_log import read_metrics
+from infra.report_archive import read_archive
+from infra.report_page import write_page
+from infra.report_series import VersionClock, build_panels
 
 # Which metric names go on which plot: matched by name, so a new metric of a stage shows up
 # without touching this file.
@@ -81,7 +85,30 @@ def write_report(run_dir: Path) -> Path:
         lines.append("")
     summary = out / "summary.md"
     summary.write_text("\n".join(lines))
+    write_html(run_dir, rows, out / "index.html")
     return summary
+
+
+def write_html(run_dir: Path, rows: list[dict], path: Path) -> Path:
+    """The report page: every panel, the archive's samples and rejections (or a note that there are none)."""
+    t0 = min(r["time"] for r in rows)
+    archive = read_archive(run_dir, t0, VersionClock(rows))
+    exact = archive is not None and bool(archive.rejection_curves)
+    panels = build_panels(rows, {"rejections": archive.rejection_curves} if exact else None)
+    for panel in panels:
+        if panel.key == "rejections":
+            panel.note = ("every rejected record of the archive" if exact else
+                          "the counters of the metrics" + ("; the archive holds no rejected record" if archive else ""))
+    header = [f"{len(rows)} metric events over {max(r['time'] for r in rows) - t0:.0f} s; {_stages(run_dir)}",
+              "Bold lines are smoothed (a debiased exponential moving average, at most a 50-point window); "
+              "the faint ones behind them are the raw values. Click a legend entry to hide a series."]
+    return write_page(path, f"Run report: {run_dir.name}", header, panels, archive)
+
+
+def _stages(run_dir: Path) -> str:
+    state = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
+    stages = ", ".join(f"{s['name']} {s['status']} in {s.get('seconds', 0):.0f} s" for s in state.get("stages", []))
+    return f"run {state.get('status', 'of unknown status')}" + (f": {stages}" if stages else "")
 
 
 def plot(plt, series: list[Series], title: str, path: Path, by_version: bool = False) -> None:
