@@ -30,7 +30,8 @@ def follow(config: EvalRunConfig, settings: KafkaSettings, stop: threading.Event
     evaluator = Evaluator(build_engine(config.rollout.engine, config.model), config.rollout, config.eval,
                           config.model.name)
     producer = RecordProducer(settings)
-    subscriber = WeightSubscriber(settings, topics, config.model.name, producer)
+    # A side consumer: it takes a broadcast version from its files, never slowing the trainer's group.
+    subscriber = WeightSubscriber(settings, topics, config.model.name, producer, join_broadcast=False)
     subscriber.start()
     subscriber.caught_up.wait(CATCH_UP_S)  # the newest version already published is where we start
     done: list[int] = []
@@ -39,8 +40,7 @@ def follow(config: EvalRunConfig, settings: KafkaSettings, stop: threading.Event
         while True:
             stopping = stop.is_set()
             ready = subscriber.take()
-            if ready is not None:
-                evaluator.engine.load_weights(ready.blob)
+            if ready is not None and subscriber.load(ready, evaluator.engine) is not None:
                 held = ready.version
             if not done or (held != done[-1] and (held % config.eval.every == 0 or stopping)):
                 publish(producer, topics, evaluator.evaluate(held))

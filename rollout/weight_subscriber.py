@@ -1,26 +1,34 @@
-"""A background thread on `<ns>.weights`: reassembles versions, refuses bad ones, hands good ones over.
+"""A background thread on `<ns>.weights`: brings versions in, refuses bad ones, hands good ones over.
 
-The thread never touches the model. It leaves the newest verified version in a slot that the
-worker empties between generations (`take()`), so weights change only between two generations.
+Inline chunks are reassembled; a `files` announcement is fetched and a `broadcast` one received
+into a local staging directory, each verified bucket by bucket. All of it happens here, while the
+worker generates: the thread never touches the model. It leaves the newest verified version in a
+slot that the worker empties between generations (`take()`), so weights change only between two
+generations and generation pauses only for the load itself.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from schemas import WeightIntegrityError, WeightUpdate
 from streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
 
-from rollout.weights import Assembled, WeightAssembler
+from rollout.weight_fetch import fetch_files, receive_broadcast
+from rollout.weights import Assembled, Staged, WeightAssembler
 
 log = logging.getLogger(__name__)
 
 
 class WeightSubscriber(threading.Thread):
-    """Reads the weights topic from its beginning (it keeps a day), so a new worker gets the latest."""
+    """Reads the weights topic from its beginning (compacted: the newest announcement per model), so a
+    new worker gets the latest. `join_broadcast: False` (side consumers such as the evaluator) waits
+    for the files of a broadcast version instead of joining the trainer's group."""
 
-    def __init__(self, settings: KafkaSettings, topics: Topics, model: str, producer: RecordProducer):
+    def __init__(self, settings: KafkaSettings, topics: Topics, model: str, producer: RecordProducer, *,
+                 join_broadcast: bool = True, staging_dir: str | None = None, broadcast_timeout_s: float = 60.0):
         super().__init__(name="weight-subscriber", daemon=True)
         self.topics, self.producer = topics, producer
         self.assembler = WeightAssembler(model)
@@ -31,7 +39,8 @@ class WeightSubscriber(threading.Thread):
         self._end = self.consumer.end_offsets()  # what was published before we started
         self.caught_up = threading.Event()
         self._lock = threading.Lock()
-        self._ready: Assembled | None = None
+        self._ready: Assembled | Staged | None = None
+        self.join_broadcast, self.staging_dir, self.broadcast_timeout_s = join_broadcast, staging_dir, broadcast_timeout_s
         self._halt = threading.Event()
         self.latest_announced = 0  # version of the last chunk of our model (lower after a trainer resumed)
         self.refused: list[int] = []
@@ -46,36 +55,79 @@ class WeightSubscriber(threading.Thread):
         finally:
             self.consumer.close()
 
-    def take(self) -> Assembled | None:
+    def take(self) -> Assembled | Staged | None:
         """The newest verified version not taken yet, or None."""
         with self._lock:
             ready, self._ready = self._ready, None
             return ready
 
+    def load(self, ready: Assembled | Staged, engine: object) -> float | None:
+        """Load `ready` into `engine` (the caller's thread, between generations): the seconds it took,
+        or None when the engine refused it (names or shapes not the model's; its weights unchanged):
+        then the rejected topic says why."""
+        started = time.perf_counter()
+        try:
+            ready.load_into(engine)
+        except ValueError as e:
+            log.error("engine refused weights %s v%d: %s", ready.model, ready.version, e)
+            self.refused.append(ready.version)
+            self.producer.reject(self.topics.rejected, stage="weights", reason="mismatch", detail=str(e),
+                                 source_topic=self.topics.weights, record_id=f"{ready.model}@v{ready.version}")
+            self.producer.flush()
+            return None
+        finally:
+            ready.discard()
+        return time.perf_counter() - started
+
     def stop(self) -> None:
         self._halt.set()
         self.join(timeout=10)
 
-    def _handle(self, chunk: WeightUpdate) -> None:
-        if chunk.model != self.assembler.model:
+    def _handle(self, update: WeightUpdate) -> None:
+        if update.model != self.assembler.model:
             return
-        if chunk.version < self.latest_announced:
+        if update.version < self.latest_announced:
             log.warning("weights %s v%d after v%d: the trainer resumed from a checkpoint; following it back",
-                        chunk.model, chunk.version, self.latest_announced)
-        self.latest_announced = chunk.version
+                        update.model, update.version, self.latest_announced)
+        self.latest_announced = update.version
         try:
-            assembled = self.assembler.add(chunk)
+            ready = self._bring(update)
         except WeightIntegrityError as e:
-            self._refuse(chunk, e)
+            self._refuse(update, e)
             return
-        if assembled is not None:
-            with self._lock:
-                self._ready = assembled
-            log.info("weights %s v%d assembled (%d bytes)", chunk.model, chunk.version, len(assembled.blob))
-            self._report_incomplete(assembled.version)
+        if ready is not None:
+            self._offer(ready)
+            log.info("weights %s v%d ready (%s)", update.model, update.version, update.transport)
+            self._report_incomplete(ready.version)
+
+    def _bring(self, update: WeightUpdate) -> Assembled | Staged | None:
+        """The version `update` completes, verified; None while it is not complete (or already held)."""
+        if update.transport == "kafka":
+            return self.assembler.add(update)
+        if update.version == self.assembler.newest:  # redelivered, or the files after its broadcast
+            return None
+        if update.transport == "broadcast":
+            if not self.join_broadcast or not self.caught_up.is_set():  # an old round: its group is gone
+                return None
+            staged = receive_broadcast(update, self.broadcast_timeout_s, self.staging_dir)
+        else:
+            staged = fetch_files(update, self.staging_dir)
+        if staged is not None:
+            self.assembler.newest = update.version  # the inline path's notion of "held", for redeliveries
+        return staged
+
+    def _offer(self, ready: Assembled | Staged) -> None:
+        with self._lock:
+            if self._ready is not None:  # superseded before the worker took it
+                self._ready.discard()
+            self._ready = ready
 
     def _report_incomplete(self, newer: int) -> None:
-        """Versions whose chunks stopped coming (a trainer that died mid-publish) end in the rejected topic."""
+        """Versions whose chunks stopped coming (a trainer that died mid-publish) end in the rejected topic.
+        Not while catching up: compaction leaves stray chunks of old versions, and live readers reported
+        the real losses when they happened."""
+        if not self.caught_up.is_set():
+            self.assembler.incomplete.clear()
         while self.assembler.incomplete:
             lost = self.assembler.incomplete.pop(0)
             detail = f"{lost.received} of {lost.num_chunks} chunks arrived before v{newer} was complete"
@@ -84,10 +136,10 @@ class WeightSubscriber(threading.Thread):
                                  source_topic=self.topics.weights, record_id=f"{lost.model}@v{lost.version}")
         self.producer.flush()
 
-    def _refuse(self, chunk: WeightUpdate, error: WeightIntegrityError) -> None:
+    def _refuse(self, update: WeightUpdate, error: WeightIntegrityError) -> None:
         """Log it, tell the rejected topic, keep the current weights."""
-        log.error("refusing weights %s v%d: %s", chunk.model, chunk.version, error)
-        self.refused.append(chunk.version)
-        self.producer.reject(self.topics.rejected, stage="weights", reason="checksum", detail=str(error),
-                             source_topic=self.topics.weights, record_id=f"{chunk.model}@v{chunk.version}")
+        log.error("refusing weights %s v%d: %s", update.model, update.version, error)
+        self.refused.append(update.version)
+        self.producer.reject(self.topics.rejected, stage="weights", reason=error.reason, detail=str(error),
+                             source_topic=self.topics.weights, record_id=f"{update.model}@v{update.version}")
         self.producer.flush()

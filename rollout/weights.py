@@ -1,19 +1,53 @@
-"""Reassembling weight updates from their chunks (pure; the subscriber feeds it records)."""
+"""A policy version ready to load, and reassembling inline chunks into one (pure; the subscriber feeds it)."""
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from schemas import WeightUpdate, assemble_weights
 
 
 @dataclass
 class Assembled:
-    """A complete, checksum-verified policy version."""
+    """A complete, checksum-verified version held as one blob (the kafka transport)."""
 
     model: str
     version: int
     blob: bytes
+
+    def load_into(self, engine: Any) -> None:
+        engine.load_weights(self.blob)
+
+    def discard(self) -> None:
+        pass
+
+
+@dataclass
+class Staged:
+    """A complete, verified version as bucket files in a local staging directory (files, broadcast);
+    the engine streams them in tensor by tensor, and the directory goes once loaded."""
+
+    model: str
+    version: int
+    payload: str
+    files: list[Path]
+    directory: Path
+    via: str  # the transport that brought it
+
+    def load_into(self, engine: Any) -> None:
+        try:
+            if self.payload == "adapter":  # one self-describing bucket, applied whole by peft / vLLM LoRA
+                engine.load_weights(self.files[0].read_bytes())
+            else:
+                engine.load_weight_files(self.files)
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
 
 
 @dataclass

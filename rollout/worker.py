@@ -94,11 +94,17 @@ class RolloutWorker:
         self.admission.trainer_announced(self.subscriber.latest_announced)
         ready = self.subscriber.take()
         if ready is None or ready.version == self.admission.held:
+            if ready is not None:
+                ready.discard()
             return
-        self.engine.load_weights(ready.blob)
+        paused = self.subscriber.load(ready, self.engine)  # generation waits for this alone
+        if paused is None:
+            return  # refused: the engine keeps its weights, and the rejected topic says why
         self.admission.weights_loaded(ready.version)
         self.stats.weight_swaps += 1
-        log.info("%s: now generating with %s v%d", self.name, self.model_name, ready.version)
+        self.producer.send(self.topics.metrics, MetricEvent(component=self.name, step=ready.version,
+                                                            values={"weight_swap_s": paused}), key=self.name)
+        log.info("%s: now generating with %s v%d (swap %.3f s)", self.name, self.model_name, ready.version, paused)
 
     def _admitted(self, stop: threading.Event) -> bool:
         """Load the newest weights and wait while admission says so; False when stopped first."""

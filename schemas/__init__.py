@@ -9,12 +9,16 @@ from .events import MAX_ORIGINAL_BYTES, MetricEvent, Rejected
 from .experience import Experience, PreferencePair
 from .task import Task, TaskStat
 from .weights import (
+    Bucket,
+    TensorMeta,
     WeightIntegrityError,
     WeightUpdate,
+    announce_buckets,
     assemble_weights,
     chunk_weights,
+    manifest_digest,
+    verify_manifest,
     verify_weights,
-    weights_by_uri,
 )
 
 __all__ = [
@@ -23,6 +27,7 @@ __all__ = [
     "MAX_TEXT_CHARS",
     "MAX_TOKENS",
     "SCHEMA_VERSION",
+    "Bucket",
     "DecodeError",
     "EvalResult",
     "Experience",
@@ -33,17 +38,20 @@ __all__ = [
     "Rejected",
     "Task",
     "TaskStat",
+    "TensorMeta",
     "WeightIntegrityError",
     "WeightUpdate",
+    "announce_buckets",
     "arrow_schema",
     "assemble_weights",
     "chunk_weights",
     "decode",
     "encode",
     "from_arrow",
+    "manifest_digest",
     "record_type",
     "record_types",
     "to_arrow",
     "verify_weights",
-    "weights_by_uri",
+    "verify_manifest",
 ]

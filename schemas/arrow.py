@@ -14,7 +14,7 @@ from types import NoneType, UnionType
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import pyarrow as pa
-from pydantic import JsonValue
+from pydantic import BaseModel, JsonValue
 
 from .base import SCHEMA_VERSION, Record
 
@@ -56,6 +56,8 @@ def _column(tp: Any) -> _Column | None:
             return _Column(pa.list_(_LIST_ITEMS[item]))
         if item is dict or get_origin(item) is dict:
             return _Column(pa.string(), encoding="json")
+    if origin is tuple and args and isinstance(_strip(args[0]), type) and issubclass(_strip(args[0]), BaseModel):
+        return _Column(pa.string(), encoding="json")  # nested records (a weights manifest)
     if origin is dict and len(args) == 2 and _strip(args[0]) is str:
         value = _strip(args[1])
         if value is JsonValue:
@@ -66,6 +68,8 @@ def _column(tp: Any) -> _Column | None:
 
 
 def _to_json(value: Any) -> str:
+    if isinstance(value, tuple) and value and isinstance(value[0], BaseModel):
+        value = [v.model_dump() for v in value]
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 

@@ -15,7 +15,7 @@ from functools import cache
 
 import msgpack
 import numpy as np
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from .base import MAX_TOKENS, SCHEMA_VERSION, Packed, Record, record_type, record_types
 
@@ -62,8 +62,17 @@ def encode(record: Record) -> bytes:
     payload: dict[str, object] = {"kind": kind}
     for name in cls.model_fields:
         value = getattr(record, name)
-        payload[name] = np.asarray(value, dtype=packed[name][0]).tobytes() if name in packed else value
+        payload[name] = np.asarray(value, dtype=packed[name][0]).tobytes() if name in packed else _plain(value)
     return msgpack.packb(payload, use_bin_type=True)
+
+
+def _plain(value: object) -> object:
+    """Nested models (a weights manifest's buckets) as the maps and lists msgpack knows."""
+    if isinstance(value, BaseModel):
+        return value.model_dump()
+    if isinstance(value, (tuple, list)) and value and isinstance(value[0], BaseModel):
+        return [v.model_dump() for v in value]  # type: ignore[union-attr]
+    return value
 
 
 def decode(

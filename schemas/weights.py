@@ -1,4 +1,15 @@
-"""Weight updates (trainer -> rollout workers): inline safetensors chunks, or one URI."""
+"""Weight updates (trainer -> rollout workers): one announcement per policy version, and where its bytes are.
+
+The `transport` says how the bytes travel:
+- `kafka`: inline, in chunks of one safetensors blob on the weights topic itself (small models);
+- `files`: a directory of safetensors buckets at `uri` (any fsspec URI), described by `manifest`;
+- `broadcast`: the same buckets over a torch.distributed group met at `rendezvous`; a worker that
+  cannot join takes the `files` announcement of the same version that follows.
+
+Every bucket carries its own sha256 and tensor list, so a worker verifies bucket by bucket and
+never needs the whole version in memory; `sha256` of a manifest announcement fingerprints the
+bucket digests, so a manifest altered on the way is refused too.
+"""
 
 from __future__ import annotations
 
@@ -6,38 +17,72 @@ import hashlib
 from collections.abc import Iterable
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from .base import Id, Record, UnixTime
 
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+Transport = Literal["kafka", "files", "broadcast"]
+Payload = Literal["full", "adapter"]
 
 
 class WeightIntegrityError(ValueError):
-    """Chunks that do not add up to the announced blob."""
+    """Bytes that do not add up to what was announced; `reason` is the rejected record's reason."""
+
+    def __init__(self, message: str, reason: str = "checksum"):
+        super().__init__(message)
+        self.reason = reason
+
+
+class TensorMeta(BaseModel):
+    """One tensor of a bucket, as its safetensors header declares it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: Annotated[str, Field(min_length=1)]
+    dtype: Annotated[str, Field(min_length=1)]
+    shape: tuple[Annotated[int, Field(ge=0)], ...]
+
+
+class Bucket(BaseModel):
+    """One safetensors file of a version: its name in the version's directory, size, digest, tensors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    file: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+$")]  # a bare name: never a path out of the directory
+    bytes: Annotated[int, Field(ge=0)]
+    sha256: Sha256
+    tensors: tuple[TensorMeta, ...]
+
+
+def manifest_digest(manifest: Iterable[Bucket]) -> str:
+    """The fingerprint of a manifest: sha256 over its buckets' files, sizes and digests, in order."""
+    return hashlib.sha256("".join(f"{b.file}:{b.bytes}:{b.sha256};" for b in manifest).encode()).hexdigest()
 
 
 class WeightUpdate(Record):
-    """Chunk `chunk_index` of `num_chunks` of policy `version`; `sha256` is of the whole blob.
-
-    Exactly one of `data` (this chunk's bytes) and `uri` (where the whole blob lies, for models
-    too large for the topic; then `num_chunks` is 1) is set. `payload` says what the blob replaces:
-    the whole weights, or only a LoRA adapter over the base weights the worker already holds.
-    """
+    """Policy `version` of `model`: one inline chunk (`kafka`), or an announcement of buckets
+    (`files`, `broadcast`). `payload` says what it replaces: the whole weights, or only a LoRA
+    adapter over the base weights the worker already holds."""
 
     kind: ClassVar[str] = "weight_update"
     id_field: ClassVar[str | None] = "model"
 
     model: Id
     version: Annotated[int, Field(ge=0)]
-    chunk_index: Annotated[int, Field(ge=0)] = 0
-    num_chunks: Annotated[int, Field(ge=1)] = 1
+    transport: Transport = "kafka"
+    payload: Payload = "full"
+    format: Literal["safetensors"] = "safetensors"
     total_bytes: Annotated[int, Field(ge=0)]
     sha256: Sha256
-    format: Literal["safetensors"] = "safetensors"
-    payload: Literal["full", "adapter"] = "full"
+    # kafka
+    chunk_index: Annotated[int, Field(ge=0)] = 0
+    num_chunks: Annotated[int, Field(ge=1)] = 1
     data: bytes | None = None
-    uri: Annotated[str, Field(min_length=1)] | None = Field(default=None, validate_default=True)
+    # files and broadcast
+    manifest: tuple[Bucket, ...] | None = None
+    uri: Annotated[str, Field(min_length=1)] | None = None
+    rendezvous: Annotated[str, Field(pattern=r"^[^:\s]+:\d+$")] | None = None
     created_at: UnixTime
 
     @field_validator("num_chunks")
@@ -56,58 +101,63 @@ class WeightUpdate(Record):
             raise ValueError(f"{len(data)} bytes > total_bytes {total}")
         return data
 
-    @field_validator("uri")
-    @classmethod
-    def _data_xor_uri(cls, uri: str | None, info: ValidationInfo) -> str | None:
-        if "data" not in info.data:  # data itself failed; its error says why
-            return uri
-        if (uri is None) == (info.data["data"] is None):
-            raise ValueError("exactly one of data and uri must be set")
-        if uri is not None and info.data.get("num_chunks", 1) != 1:
-            raise ValueError(f"with a uri num_chunks must be 1, got {info.data['num_chunks']}")
-        return uri
+    @model_validator(mode="after")
+    def _fields_of_the_transport(self) -> "WeightUpdate":
+        needed = {"kafka": {"data"}, "files": {"manifest", "uri"}, "broadcast": {"manifest", "rendezvous"}}
+        for name in ("data", "manifest", "uri", "rendezvous"):
+            present = getattr(self, name) is not None
+            if name in needed[self.transport] and not present:
+                raise ValueError(f"transport {self.transport} needs {name}")
+            if present and name not in needed[self.transport] | {"uri"}:  # broadcast may name its files too
+                raise ValueError(f"transport {self.transport} takes no {name}")
+        if self.manifest is not None:
+            if self.num_chunks != 1:
+                raise ValueError(f"transport {self.transport} has no chunks, got num_chunks {self.num_chunks}")
+            if sum(b.bytes for b in self.manifest) != self.total_bytes:
+                raise ValueError("total_bytes is not the sum of the manifest's bucket sizes")
+            if len({b.file for b in self.manifest}) != len(self.manifest):
+                raise ValueError("manifest names a bucket file twice")
+        return self
 
 
-def chunk_weights(model: str, version: int, blob: bytes, chunk_bytes: int,
-                  payload: Literal["full", "adapter"] = "full") -> list[WeightUpdate]:
+def chunk_weights(model: str, version: int, blob: bytes, chunk_bytes: int, payload: Payload = "full") -> list[WeightUpdate]:
     """Split `blob` into inline chunks of at most `chunk_bytes` (an empty blob: one empty chunk)."""
     if chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
     digest = hashlib.sha256(blob).hexdigest()
     starts = range(0, len(blob), chunk_bytes) or range(1)
     return [
-        WeightUpdate(
-            model=model,
-            version=version,
-            chunk_index=i,
-            num_chunks=len(starts),
-            total_bytes=len(blob),
-            sha256=digest,
-            data=blob[start : start + chunk_bytes],
-            payload=payload,
-        )
+        WeightUpdate(model=model, version=version, chunk_index=i, num_chunks=len(starts), total_bytes=len(blob),
+                     sha256=digest, data=blob[start: start + chunk_bytes], payload=payload)
         for i, start in enumerate(starts)
     ]
 
 
-def weights_by_uri(model: str, version: int, uri: str, total_bytes: int, sha256: str,
-                   payload: Literal["full", "adapter"] = "full") -> WeightUpdate:
-    """A single update that points at the whole blob instead of carrying it."""
-    return WeightUpdate(model=model, version=version, total_bytes=total_bytes, sha256=sha256, uri=uri,
-                        payload=payload)
+def announce_buckets(model: str, version: int, manifest: list[Bucket], *, transport: Transport,
+                     uri: str | None = None, rendezvous: str | None = None,
+                     payload: Payload = "full") -> WeightUpdate:
+    """The announcement of a version whose buckets lie at `uri` or come from `rendezvous`."""
+    return WeightUpdate(model=model, version=version, transport=transport, payload=payload,
+                        total_bytes=sum(b.bytes for b in manifest), sha256=manifest_digest(manifest),
+                        manifest=tuple(manifest), uri=uri, rendezvous=rendezvous)
 
 
 def verify_weights(blob: bytes, update: WeightUpdate) -> None:
     """Raise WeightIntegrityError unless `blob` has the size and sha256 `update` announces."""
     if len(blob) != update.total_bytes:
         raise WeightIntegrityError(
-            f"{update.model} v{update.version}: {len(blob)} bytes, expected total_bytes {update.total_bytes}"
-        )
+            f"{update.model} v{update.version}: {len(blob)} bytes, expected total_bytes {update.total_bytes}")
     digest = hashlib.sha256(blob).hexdigest()
     if digest != update.sha256:
-        raise WeightIntegrityError(
-            f"{update.model} v{update.version}: sha256 {digest} != announced {update.sha256}"
-        )
+        raise WeightIntegrityError(f"{update.model} v{update.version}: sha256 {digest} != announced {update.sha256}")
+
+
+def verify_manifest(update: WeightUpdate) -> None:
+    """Raise WeightIntegrityError unless the announcement's fingerprint is that of its manifest."""
+    assert update.manifest is not None
+    if manifest_digest(update.manifest) != update.sha256:
+        raise WeightIntegrityError(f"{update.model} v{update.version}: the manifest does not match its sha256",
+                                   "manifest")
 
 
 def assemble_weights(chunks: Iterable[WeightUpdate]) -> bytes:
@@ -126,18 +176,16 @@ def assemble_weights(chunks: Iterable[WeightUpdate]) -> bytes:
         if (chunk.model, chunk.version, chunk.num_chunks, chunk.total_bytes, chunk.sha256) != header:
             raise WeightIntegrityError(
                 f"chunk {chunk.chunk_index} of {chunk.model} v{chunk.version} does not belong with "
-                f"{name} (model, version, num_chunks, total_bytes and sha256 must all match)"
-            )
+                f"{name} (model, version, num_chunks, total_bytes and sha256 must all match)")
         if chunk.data is None:
-            raise WeightIntegrityError(f"{name} lies at {chunk.uri}: fetch it, then verify_weights()")
+            raise WeightIntegrityError(f"{name} travels by {chunk.transport}: it has no inline chunks")
         seen = parts.setdefault(chunk.chunk_index, chunk.data)
         if seen != chunk.data:
-            index = chunk.chunk_index
-            raise WeightIntegrityError(f"{name}: chunk {index} delivered twice with different bytes")
+            raise WeightIntegrityError(f"{name}: chunk {chunk.chunk_index} delivered twice with different bytes")
     missing = sorted(set(range(first.num_chunks)) - parts.keys())
     if missing:
         shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
-        raise WeightIntegrityError(f"{name}: missing {len(missing)} of {first.num_chunks} chunks: {shown}")
+        raise WeightIntegrityError(f"{name}: missing {len(missing)} of {first.num_chunks} chunks: {shown}", "missing")
     blob = b"".join(parts[i] for i in range(first.num_chunks))
     verify_weights(blob, first)
     return blob

@@ -38,9 +38,11 @@ CATALOG: tuple[TopicSpec, ...] = (
     TopicSpec("experiences.raw", "group id", "rollout → processors; a prompt group shares a partition", 4, FOREVER),
     TopicSpec("experiences.ready", "group id", "processors → trainer; retained for replay", 4, FOREVER),
     TopicSpec("experiences.rejected", "experience id", "every dropped record, with stage and reason", 1, FOREVER),
-    # One partition keeps a version's chunks in order; a day of versions is plenty for late workers.
-    TopicSpec("weights", "model name", "trainer → rollout workers: one WeightUpdate per version", 1, DAY_MS,
-              configs={"segment.ms": str(3600 * 1000)}),
+    # One partition keeps a version's records in order. Compacted: announcements are keyed by model,
+    # inline chunks by model and index, so what stays is the newest version (a late worker reads little).
+    TopicSpec("weights", "model name (inline chunks: model#index)",
+              "trainer → rollout workers: each version announced, its bytes inline or by transport", 1, FOREVER,
+              "compact", configs={"segment.ms": str(3600 * 1000), "min.compaction.lag.ms": str(60 * 1000)}),
     TopicSpec("task-stats", "task id", "processors → feeder: pass rates per task", 1, FOREVER, "compact"),
     TopicSpec("metrics", "component", "everyone → monitor, archive", 1, 30 * DAY_MS),
     TopicSpec("evals", "taskset", "eval → anyone: held-out results per policy version and taskset", 1, FOREVER),

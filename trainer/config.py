@@ -115,6 +115,33 @@ class LoraConfig(_Section):
                                       description="module names to adapt (None: peft's default for the architecture)")
 
 
+class BroadcastConfig(_Section):
+    host: str = Field("127.0.0.1", min_length=1, description="address the trainer's rendezvous binds and announces")
+    port: int = Field(0, ge=0, le=65535, description="its port (0: any free one)")
+    join_timeout_s: float = Field(5.0, gt=0, description="longest wait for the expected workers to join a version")
+    timeout_s: float = Field(60.0, gt=0, description="longest wait on any peer while sending (a dead worker costs this)")
+
+
+class WeightsConfig(_Section):
+    """How policy versions reach the workers: the weights topic announces, a transport carries."""
+
+    transport: Literal["kafka", "files", "broadcast"] = Field(
+        "kafka", description="kafka: inline chunks on the topic (small models); files: buckets under `uri`; "
+                             "broadcast: buckets over torch.distributed (gloo), then files for late workers")
+    chunk_bytes: int = Field(4 << 20, ge=1024, le=MAX_CHUNK_BYTES, description="inline chunk size (kafka)")
+    uri: str | None = Field(None, description="directory for versions, any fsspec URI (files, broadcast)")
+    bucket_bytes: int = Field(64 << 20, ge=1, description="tensor bytes per bucket file (files, broadcast)")
+    keep: int = Field(3, ge=2, description="versions kept under uri; older ones are deleted (a worker may still "
+                                           "be fetching the one before the newest)")
+    broadcast: BroadcastConfig = Field(default_factory=BroadcastConfig, description="the broadcast group")
+
+    @model_validator(mode="after")
+    def _uri_when_needed(self) -> "WeightsConfig":
+        if self.transport != "kafka" and self.uri is None:
+            raise ValueError(f"uri: transport {self.transport} needs a directory for the versions")
+        return self
+
+
 class TrainerConfig(_Section):
     """The `trainer:` section."""
 
@@ -128,9 +155,7 @@ class TrainerConfig(_Section):
     gradient_checkpointing: bool = Field(False, description="recompute activations in backward (less memory)")
     lora: LoraConfig | None = Field(None, description="train LoRA adapters only and publish adapter-only updates")
     sync_every: int = Field(1, ge=1, description="publish weights every this many steps (and at the end)")
-    chunk_bytes: int = Field(4 << 20, ge=1024, le=MAX_CHUNK_BYTES, description="inline weight chunk size")
-    weights_dir: str | None = Field(None, description="shared storage for weights sent by URI (None: always inline)")
-    uri_above_bytes: int = Field(256 << 20, ge=0, description="send weights larger than this by URI when weights_dir is set")
+    weights: WeightsConfig = Field(default_factory=WeightsConfig, description="how weights reach the workers")
     checkpoint_dir: str = Field("~/.undertow/trainer", description="checkpoints go to <checkpoint_dir>/<namespace>")
     checkpoint_every: int = Field(50, ge=1, description="checkpoint every this many steps (and on shutdown)")
     keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept on disk")

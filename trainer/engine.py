@@ -11,13 +11,14 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import torch
 import torch.distributed as dist
 
-from kernel.models import ModelSpec, build_model, weights_to_bytes
-from kernel.models.adapters import LoraShape, adapter_to_bytes, wrap_lora
+from kernel.models import ModelSpec, build_model
+from kernel.models.adapters import LoraShape, adapter_tensors, wrap_lora
+from kernel.models.weights import state_tensors
 
 from .config import EngineConfig, LoraConfig
 from .optim import build_optimizer, build_schedule
@@ -131,18 +132,24 @@ def is_lora(engine: Any) -> bool:
     return isinstance(engine.module, PeftModel)
 
 
-def gathered_weights(engine: Any) -> bytes | None:
-    """What rank 0 publishes, as safetensors bytes (None elsewhere): the full weights, or under LoRA
-    the adapter alone. Every rank must call it: under ZeRO-3 each holds a slice of every parameter."""
+T = TypeVar("T")
+
+
+def gathered_weights(engine: Any, pack: Callable[[dict[str, torch.Tensor], dict[str, str] | None], T]) -> T | None:
+    """What rank 0 publishes, packed by `pack(tensors, metadata)` (None elsewhere): the full weights,
+    or under LoRA the adapter alone with its self-describing metadata. Every rank must call it: under
+    ZeRO-3 each holds a slice of every parameter, whole only inside the gather, so `pack` must copy."""
     import deepspeed
 
     module = engine.module
     lora = is_lora(engine)
-    serialize = adapter_to_bytes if lora else weights_to_bytes
     gather = engine.zero_optimization_stage() == 3
     params = [p for p in module.parameters() if p.requires_grad or not lora] if gather else []
     with deepspeed.zero.GatheredParameters(params, modifier_rank=None, enabled=gather):
-        return serialize(module) if dist.get_rank() == 0 else None
+        if dist.get_rank() != 0:
+            return None
+        tensors, metadata = adapter_tensors(module) if lora else (state_tensors(module), None)
+        return pack(tensors, metadata)
 
 
 def export_pretrained(engine: Any, directory: Path) -> None:

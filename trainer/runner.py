@@ -24,7 +24,7 @@ from .config import TrainerConfig
 from .engine import Process, build_engine, build_reference, gathered_weights, setup_process
 from .feed import Feed
 from .objectives import objectives
-from .publish import publish_weights, weight_updates
+from .publish import build_publisher
 from .relay import Command, broadcast
 from .intake import record_id
 from .step import StepResult, StepShape, train_step
@@ -63,6 +63,8 @@ class Leader:
                  state: TrainerState, objective: Any, root: Path):
         self.spec, self.cfg, self.topics, self.state = spec, cfg, topics, state
         self.producer = RecordProducer(kafka)
+        self.publisher = build_publisher(spec.name, cfg.weights, self.producer, topics.weights,
+                                         "adapter" if cfg.lora else "full", kafka)
         self.feed = Feed(kafka, topics, cfg.batching, group_id=cfg.consumer_group,
                          record_type=objective.record_type, checks_staleness=objective.checks_staleness,
                          producer=self.producer, start=state.offset_map(), trained_ids=state.trained_ids,
@@ -128,12 +130,8 @@ class Leader:
         self.feed.counts = type(self.feed.counts)()
         self.wait_s = 0.0
 
-    def publish(self, blob: bytes) -> None:
-        cfg = self.cfg
-        updates = weight_updates(self.spec.name, self.state.step, blob, chunk_bytes=cfg.chunk_bytes,
-                                 weights_dir=Path(cfg.weights_dir).expanduser() if cfg.weights_dir else None,
-                                 uri_above_bytes=cfg.uri_above_bytes, payload="adapter" if cfg.lora else "full")
-        publish_weights(self.producer, self.topics.weights, updates)
+    def publish(self, packed: Any) -> None:
+        self.publisher.publish(self.state.step, packed)
         self.state.published_version = self.state.step
 
     def snapshot(self) -> TrainerState:
@@ -144,6 +142,7 @@ class Leader:
         return self.state
 
     def close(self) -> None:
+        self.publisher.close()  # the last version is out before the producer goes
         self.feed.close()
         self.producer.flush()
         self.producer.close()
@@ -177,9 +176,7 @@ def _loop(engine: Any, objective: Any, ref_model: Any, cfg: TrainerConfig, proce
     if state.step > 0:
         # Resumed: announce the restored version first, so that workers holding weights from steps
         # this trainer lost (it died after its checkpoint) follow it back.
-        blob = gathered_weights(engine)
-        if leader:
-            leader.publish(blob)
+        _publish(engine, leader)
     while True:
         command = broadcast(leader.next_command(stop, budget) if leader else None,
                             leader=process.is_leader, world_size=process.world_size)
@@ -190,9 +187,7 @@ def _loop(engine: Any, objective: Any, ref_model: Any, cfg: TrainerConfig, proce
             if leader:
                 leader.after_step(result)
         if command.publish:
-            blob = gathered_weights(engine)
-            if leader:
-                leader.publish(blob)
+            _publish(engine, leader)
         if command.checkpoint:
             snapshot = leader.snapshot() if leader else state
             save_checkpoint(engine, root, snapshot, leader=process.is_leader, keep=cfg.keep_checkpoints)
@@ -200,3 +195,14 @@ def _loop(engine: Any, objective: Any, ref_model: Any, cfg: TrainerConfig, proce
                 leader.feed.commit()
         if command.stop:
             return
+
+
+def _publish(engine: Any, leader: Leader | None) -> None:
+    """Every rank gathers (ZeRO-3 holds slices); rank 0 packs and publishes the current version."""
+    packed = gathered_weights(engine, leader.publisher.pack if leader else _nothing)
+    if leader:
+        leader.publish(packed)
+
+
+def _nothing(tensors: Any, metadata: Any) -> None:
+    return None

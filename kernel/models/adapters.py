@@ -43,14 +43,21 @@ def shape_of(peft_model: Any) -> LoraShape:
                      tuple(sorted(config.target_modules)))
 
 
-def adapter_to_bytes(peft_model: Any) -> bytes:
-    """The adapter's tensors (not the base) as self-describing safetensors bytes."""
+def adapter_tensors(peft_model: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """The adapter's tensors (not the base), and the metadata that makes their file self-describing."""
     from peft import get_peft_model_state_dict
-    from safetensors.torch import save
 
     tensors = {k: v.detach().contiguous().cpu() for k, v in get_peft_model_state_dict(peft_model).items()}
     shape = asdict(shape_of(peft_model))
-    return save(tensors, metadata={ADAPTER_KEY: json.dumps({**shape, "targets": list(shape["targets"])})})
+    return tensors, {ADAPTER_KEY: json.dumps({**shape, "targets": list(shape["targets"])})}
+
+
+def adapter_to_bytes(peft_model: Any) -> bytes:
+    """The adapter's tensors as self-describing safetensors bytes."""
+    from safetensors.torch import save
+
+    tensors, metadata = adapter_tensors(peft_model)
+    return save(tensors, metadata=metadata)
 
 
 def is_adapter(blob: bytes) -> bool:

@@ -1,20 +1,26 @@
-"""A model's weights as safetensors bytes and back: the payload of a WeightUpdate."""
+"""A model's weights as safetensors and back: the payload of a WeightUpdate, whole or in buckets.
+
+Loading checks every name and shape before it writes a single tensor: an update that does not fit
+leaves the model as it was.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    import torch
     from transformers import PreTrainedModel
 
+Header = dict[str, tuple[str, tuple[int, ...]]]  # tensor name -> (safetensors dtype, shape)
 
-def weights_to_bytes(model: "PreTrainedModel") -> bytes:
-    """The model's parameters and buffers as safetensors bytes (the payload of a WeightUpdate).
 
-    Tied tensors (GPT-2's lm_head shares the embedding) are stored once; `load_weights` re-ties.
-    """
-    from safetensors.torch import save
-
+def state_tensors(model: "PreTrainedModel") -> dict[str, "torch.Tensor"]:
+    """The model's parameters and buffers by name, tied tensors once (GPT-2's lm_head shares the
+    embedding; loading re-ties). On CPU these are the live tensors, not copies."""
     seen: set[int] = set()
     tensors = {}
     for name, t in model.state_dict().items():
@@ -22,25 +28,104 @@ def weights_to_bytes(model: "PreTrainedModel") -> bytes:
             continue
         seen.add(t.data_ptr())
         tensors[name] = t.detach().contiguous().cpu()
-    return save(tensors)
+    return tensors
+
+
+def weights_to_bytes(model: "PreTrainedModel") -> bytes:
+    """The model's weights as one safetensors blob (the payload of an inline WeightUpdate)."""
+    from safetensors.torch import save
+
+    return save(state_tensors(model))
+
+
+def to_buckets(tensors: Mapping[str, "torch.Tensor"], bucket_bytes: int,
+               metadata: dict[str, str] | None = None) -> list[bytes]:
+    """Safetensors blobs of at most `bucket_bytes` of tensor data each, in the tensors' order (a
+    tensor larger than that is a bucket of its own); each carries `metadata`."""
+    from safetensors.torch import save
+
+    buckets, current, size = [], {}, 0
+    for name, t in tensors.items():
+        nbytes = t.numel() * t.element_size()
+        if current and size + nbytes > bucket_bytes:
+            buckets.append(save(current, metadata=metadata))
+            current, size = {}, 0
+        current[name], size = t, size + nbytes
+    buckets.append(save(current, metadata=metadata))
+    return buckets
+
+
+def read_header(blob: bytes) -> tuple[Header, dict[str, str]]:
+    """Tensors and metadata declared by the header of safetensors bytes (or just their first bytes)."""
+    size = int.from_bytes(blob[:8], "little")
+    if len(blob) < 8 or len(blob) < 8 + size:
+        raise ValueError("not a safetensors blob (its header is cut short)")
+    try:
+        header = json.loads(blob[8:8 + size])
+        meta = header.pop("__metadata__", None) or {}
+        return {name: (e["dtype"], tuple(e["shape"])) for name, e in header.items()}, meta
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"not a safetensors blob ({e})") from None
+
+
+def file_header(path: Path) -> tuple[Header, dict[str, str]]:
+    """`read_header` of a safetensors file, reading only its header."""
+    with open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        if size > 100 << 20:
+            raise ValueError(f"{path}: not a safetensors file (header of {size} bytes)")
+        f.seek(0)
+        return read_header(f.read(8 + size))
+
+
+def check_fits(shapes: Mapping[str, tuple[int, ...]], own: Mapping[str, tuple[int, ...]],
+               tied: Iterable[str] = ()) -> None:
+    """Raise ValueError unless `shapes` names exactly the model's tensors (`own`, less `tied` ones
+    that share another's storage), each of its shape."""
+    unknown = sorted(set(shapes) - set(own))
+    if unknown:
+        raise ValueError(f"weights: tensors {unknown[:5]} are not in the model")
+    for name, shape in shapes.items():
+        if tuple(own[name]) != tuple(shape):
+            raise ValueError(f"weights: {name} has shape {tuple(shape)}, the model {tuple(own[name])}")
+    missing = sorted(set(own) - set(shapes) - set(tied))
+    if missing:
+        raise ValueError(f"weights: tensors {missing[:5]} are missing from the update")
 
 
 def load_weights(model: "PreTrainedModel", blob: bytes) -> None:
     """Load safetensors bytes from `weights_to_bytes` into `model` in place; every tensor must match."""
-    import torch
     from safetensors.torch import load
 
-    tensors = load(blob)
+    header, _ = read_header(blob)
+    _check_model(model, {name: shape for name, (_, shape) in header.items()})
+    _copy_in(model, load(blob).items())
+
+
+def load_weight_files(model: "PreTrainedModel", paths: list[Path]) -> None:
+    """Load the safetensors buckets at `paths` into `model` in place, one tensor at a time: the update
+    is never held whole in memory. Every header is checked against the model first."""
+    from safetensors import safe_open
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for path in paths:
+        shapes.update({name: shape for name, (_, shape) in file_header(path)[0].items()})
+    _check_model(model, shapes)
+    for path in paths:
+        with safe_open(str(path), framework="pt") as f:
+            _copy_in(model, ((name, f.get_tensor(name)) for name in f.keys()))
+
+
+def _check_model(model: Any, shapes: Mapping[str, tuple[int, ...]]) -> None:
     own = model.state_dict()
-    unknown = sorted(set(tensors) - set(own))
-    if unknown:
-        raise ValueError(f"weights: tensors {unknown[:5]} are not in the model")
+    stored = state_tensors(model)
+    check_fits(shapes, {n: tuple(t.shape) for n, t in own.items()}, tied=set(own) - set(stored))
+
+
+def _copy_in(model: Any, tensors: Iterable[tuple[str, "torch.Tensor"]]) -> None:
+    import torch
+
+    own = model.state_dict()
     with torch.no_grad():
-        for name, t in tensors.items():
-            if own[name].shape != t.shape:
-                raise ValueError(f"weights: {name} has shape {tuple(t.shape)}, the model {tuple(own[name].shape)}")
-            own[name].copy_(t)
-    missing = sorted(n for n, t in own.items() if n not in tensors
-                     and not any(t.data_ptr() == own[k].data_ptr() for k in tensors))
-    if missing:
-        raise ValueError(f"weights: tensors {missing[:5]} are missing from the update")
+        for name, t in tensors:
+            own[name].copy_(t)  # in the model's dtype and device

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Mapping, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -51,6 +52,10 @@ class Engine(Protocol):
 
     def load_weights(self, blob: bytes) -> None:
         """Replace the weights in place with safetensors bytes (a WeightUpdate payload)."""
+
+    def load_weight_files(self, paths: list[Path]) -> None:
+        """Replace the whole weights in place from safetensors bucket files, one tensor at a time,
+        refusing (ValueError, weights untouched) a set of tensors that is not the model's."""
 
 
 engines: Registry[type] = Registry("engine")

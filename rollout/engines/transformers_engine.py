@@ -7,6 +7,7 @@ from typing import Literal
 import torch
 
 from kernel.models import ModelSpec, build_model, build_tokenizer, load_weights
+from kernel.models.weights import load_weight_files
 from kernel.models.adapters import apply_adapter, is_adapter
 from schemas.logprobs import sequence_logprobs
 
@@ -41,11 +42,18 @@ class TransformersEngine:
         if is_adapter(blob):
             self.model = apply_adapter(self.model, blob)
             return
+        load_weights(self._plain(), blob)
+
+    def load_weight_files(self, paths: list) -> None:
+        """Whole weights from safetensors buckets, streamed tensor by tensor into the model's dtype."""
+        load_weight_files(self._plain(), paths)
+
+    def _plain(self) -> torch.nn.Module:
         from peft import PeftModel
 
         if isinstance(self.model, PeftModel):  # whole weights after adapters: back to a plain model
             self.model = self.model.unload()
-        load_weights(self.model, blob)
+        return self.model
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Sample]]:

@@ -21,3 +21,22 @@ class WeightReload:
         reload = getattr(self, "reload_weights", None) or self.model_runner.reload_weights  # worker's sets the config
         reload(weights_iterator=iter(tensors.items()))
         return len(tensors)
+
+    def undertow_reload_files(self, paths: list[str]) -> int:
+        """Load the HF-named tensors of safetensors bucket files in place, streamed one tensor at a
+        time (a version is never whole in memory twice); returns their count."""
+        from safetensors import safe_open
+
+        count = 0
+
+        def tensors():
+            nonlocal count
+            for path in paths:
+                with safe_open(path, framework="pt") as f:
+                    for name in f.keys():
+                        count += 1
+                        yield name, f.get_tensor(name)
+
+        reload = getattr(self, "reload_weights", None) or self.model_runner.reload_weights
+        reload(weights_iterator=tensors())
+        return count

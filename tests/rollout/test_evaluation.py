@@ -14,9 +14,9 @@ from rollout.config import EvalRunConfig
 from rollout.engines import build_engine
 from rollout.eval_runner import follow
 from rollout.evaluation import Evaluator, pass_at_k
-from schemas import EvalResult, MetricEvent
+from schemas import EvalResult, MetricEvent, chunk_weights
 from streams import RecordProducer, Topics
-from trainer.publish import publish_weights, weight_updates
+from trainer.publish import publish_weights
 
 from tests.helpers import read_all
 
@@ -82,8 +82,8 @@ def test_undertow_eval_follows_the_weights_topic(kafka, namespace):
     done: list[int] = []
     runner = threading.Thread(target=lambda: done.extend(follow(cfg, kafka, stop)), daemon=True)
     runner.start()
-    publish = lambda version, model: publish_weights(producer, topics.weights, weight_updates(
-        cfg.model.name, version, weights_to_bytes(model), chunk_bytes=1 << 20, weights_dir=None, uri_above_bytes=0))
+    publish = lambda version, model: publish_weights(producer, topics.weights, chunk_weights(
+        cfg.model.name, version, weights_to_bytes(model), 1 << 20))
     try:
         with RecordProducer(kafka) as producer:
             wait_for_versions(kafka, topics, {0})  # the weights it starts from, before any update

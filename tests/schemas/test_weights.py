@@ -13,9 +13,13 @@ from schemas import (
     chunk_weights,
     decode,
     encode,
+    from_arrow,
+    to_arrow,
+    announce_buckets,
+    verify_manifest,
     verify_weights,
-    weights_by_uri,
 )
+from schemas.weights import Bucket, TensorMeta, manifest_digest
 
 BLOB = bytes(range(256)) * 4 + b"tail"  # 1028 bytes
 SHA = hashlib.sha256(BLOB).hexdigest()
@@ -91,15 +95,43 @@ def test_total_size_mismatch():
         assemble_weights(chunks)
 
 
-def test_uri_form():
-    update = weights_by_uri("big", 3, "s3://bucket/big-v3.safetensors", total_bytes=1028, sha256=SHA)
-    assert update.data is None and update.num_chunks == 1
+BUCKETS = [Bucket(file="bucket-0000.safetensors", bytes=1000, sha256=SHA,
+                  tensors=(TensorMeta(name="w", dtype="F32", shape=(250,)),)),
+           Bucket(file="bucket-0001.safetensors", bytes=28, sha256="1" * 64, tensors=())]
+
+
+def test_files_announcement_fingerprints_its_manifest():
+    update = announce_buckets("big", 3, BUCKETS, transport="files", uri="s3://bucket/big/v00000003")
+    assert update.data is None and update.total_bytes == 1028 and update.sha256 == manifest_digest(BUCKETS)
     assert decode(encode(update)) == update
-    verify_weights(BLOB, update)  # what a worker does after fetching the URI
-    with pytest.raises(WeightIntegrityError, match="sha256"):
-        verify_weights(BLOB[::-1], update)
-    with pytest.raises(WeightIntegrityError, match="fetch it"):
+    assert from_arrow(to_arrow([update]), WeightUpdate) == [update]  # the manifest as JSON text
+    verify_manifest(update)
+    forged = update.model_copy(update={"manifest": (BUCKETS[0].model_copy(update={"sha256": "2" * 64}), BUCKETS[1])})
+    with pytest.raises(WeightIntegrityError, match="manifest does not match") as e:
+        verify_manifest(forged)
+    assert e.value.reason == "manifest"
+    with pytest.raises(WeightIntegrityError, match="travels by files"):
         assemble_weights([update])
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"transport": "files", "uri": None}, "transport files needs uri"),
+        ({"transport": "broadcast", "uri": None}, "transport broadcast needs rendezvous"),
+        ({"transport": "broadcast", "rendezvous": "no-port"}, "rendezvous"),
+        ({"transport": "files", "data": b"x"}, "transport files takes no data"),
+        ({"transport": "kafka"}, "transport kafka needs data"),
+        ({"total_bytes": 5}, "sum of the manifest"),
+        ({"manifest": (BUCKETS[0], BUCKETS[0])}, "total_bytes is not the sum|bucket file twice"),
+        ({"num_chunks": 2}, "has no chunks"),
+    ],
+)
+def test_invalid_announcement(fields, message):
+    base = dict(model="m", version=1, transport="files", total_bytes=1028, sha256=manifest_digest(BUCKETS),
+                manifest=tuple(BUCKETS), uri="file:///w")
+    with pytest.raises(ValidationError, match=message):
+        WeightUpdate(**{**base, **fields})
 
 
 BASE = dict(model="m", version=1, total_bytes=3, sha256="0" * 64)
@@ -108,9 +140,8 @@ BASE = dict(model="m", version=1, total_bytes=3, sha256="0" * 64)
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"data": b"abc", "uri": "file:///w"}, "exactly one of data and uri"),
-        ({}, "exactly one of data and uri"),
-        ({"uri": "file:///w", "num_chunks": 2}, "with a uri num_chunks must be 1"),
+        ({}, "transport kafka needs data"),
+        ({"data": b"abc", "rendezvous": "h:1"}, "transport kafka takes no rendezvous"),
         ({"data": b"a", "chunk_index": 2, "num_chunks": 2}, "chunk_index 2 >= num_chunks 2"),
         ({"data": b"abcd"}, "4 bytes > total_bytes 3"),
         ({"data": b"a", "sha256": "A" * 64}, "sha256"),

@@ -22,7 +22,7 @@ def fill(kafka: KafkaSettings, topic: str, per_partition: dict[int, int]) -> Non
     with RecordProducer(kafka) as producer:
         for partition, n in per_partition.items():
             for i in range(n):
-                producer.send(topic, metric(i), partition=partition)
+                producer.send(topic, metric(i), key=f"m{i}", partition=partition)  # compacted topics need keys
 
 
 def consumer(kafka: KafkaSettings, ns: str, group: str | None = None) -> RecordConsumer[MetricEvent]:

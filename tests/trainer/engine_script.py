@@ -12,6 +12,8 @@ import json
 import math
 from pathlib import Path
 
+from safetensors.torch import save
+
 from kernel.models import weights_to_bytes
 from trainer.config import AlgorithmConfig, EngineConfig
 from trainer.engine import build_engine, gathered_weights, setup_process
@@ -40,7 +42,7 @@ def main() -> None:
         records[3] = records[3].model_copy(update={"advantages": [math.inf] * len(records[3].response_tokens)})
     shape = StepShape(**json.loads(args.shape))
     results = [train_step(engine, rl, records, None, process, pad_id=0, shape=shape) for _ in range(args.steps)]
-    blob = gathered_weights(engine)
+    blob = gathered_weights(engine, lambda tensors, _: save(tensors))
     out = Path(args.out)
     local = {"losses": [r.metrics["loss"] for r in results], "metrics": [r.metrics for r in results],
              "untrained": [[e.experience_id for e in r.untrained] for r in results]}

@@ -71,5 +71,7 @@ def test_bad_config_names_the_field():
     with pytest.raises(ValidationError, match="offload_optimizer"):
         TrainRunConfig.model_validate({"trainer": {"engine": {"offload_optimizer": True}}})
     with pytest.raises(ValidationError, match="chunk_bytes"):
-        TrainRunConfig.model_validate({"trainer": {"chunk_bytes": 9 << 20}})
+        TrainRunConfig.model_validate({"trainer": {"weights": {"chunk_bytes": 9 << 20}}})
+    with pytest.raises(ValidationError, match="uri: transport files needs a directory"):
+        TrainRunConfig.model_validate({"trainer": {"weights": {"transport": "files"}}})
     assert TrainRunConfig.model_validate({"feeder": {"x": 1}, "trainer": {}}).trainer.sync_every == 1

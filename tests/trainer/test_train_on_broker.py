@@ -31,7 +31,7 @@ def test_trainer_learns_publishes_and_rejects_stale(kafka, namespace, tmp_path: 
     groups = [e for g in range(6) for e in make_group(f"task-{g}")]  # 24 experiences, groups of 4
     produce(kafka, topics.ready, groups)
     settings = {"engine": {"zero_stage": 0, "lr": 0.01}, "batching": {"experiences": 8, "max_staleness": 4},
-                "sync_every": 1, "chunk_bytes": 65536, "checkpoint_every": 100}
+                "sync_every": 1, "weights": {"chunk_bytes": 65536}, "checkpoint_every": 100}
     config = write_config(tmp_path, namespace, settings)
 
     run = start_trainer(config, "--max-steps", "3", port=29531)

@@ -1,0 +1,216 @@
+"""Weights by files and by broadcast, without a broker: buckets, the version directory, fetching and
+verifying, streaming into an engine, and every refusal leaving the engine's weights as they were."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from kernel import broadcast
+from kernel.models import ModelSpec, build_model, weights_to_bytes
+from kernel.models.weights import load_weight_files, state_tensors, to_buckets
+from rollout.engines import build_engine
+from rollout.weight_fetch import fetch_files, receive_broadcast
+from schemas import WeightIntegrityError, announce_buckets
+from trainer.config import WeightsConfig
+from trainer.publish import FilesPublisher, manifest_of
+
+
+def files_publisher(tmp_path, **cfg) -> FilesPublisher:
+    config = WeightsConfig(transport="files", uri=str(tmp_path / "weights"), **cfg)
+    return FilesPublisher("policy", config, producer=None, topic="t", payload="full", settings=None)
+
+
+def written(publisher: FilesPublisher, version: int, seed: int):
+    """A version of a tiny model of `seed` written by the publisher, and its announcement."""
+    buckets = publisher.pack(state_tensors(build_model(ModelSpec(seed=seed))), None)
+    manifest = publisher.write(version, buckets)
+    return announce_buckets("policy", version, manifest, transport="files", uri=publisher.version_uri(version))
+
+
+def weights_of(engine) -> bytes:
+    return weights_to_bytes(engine.model)
+
+
+def test_buckets_hold_every_tensor_once_within_their_size():
+    tensors = state_tensors(build_model(ModelSpec()))
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    buckets = to_buckets(tensors, total // 4)
+    assert len(buckets) >= 4
+    names = [n for b in manifest_of(buckets) for n in (t.name for t in b.tensors)]
+    assert sorted(names) == sorted(tensors) and len(names) == len(set(names))
+    assert len(to_buckets(tensors, total + 1)) == 1
+
+
+def test_a_files_version_round_trips_into_an_engine_bucket_by_bucket(tmp_path):
+    publisher = files_publisher(tmp_path, bucket_bytes=20_000)
+    update = written(publisher, 1, seed=7)
+    assert len(update.manifest) > 3
+    staged = fetch_files(update, str(tmp_path))
+    engine = build_engine("transformers", ModelSpec())
+    assert weights_of(engine) != weights_to_bytes(build_model(ModelSpec(seed=7)))
+    staged.load_into(engine)
+    assert weights_of(engine) == weights_to_bytes(build_model(ModelSpec(seed=7)))
+    assert not staged.directory.exists()  # the staging copy goes once loaded
+
+
+def test_versions_are_renamed_into_place_and_old_ones_collected(tmp_path):
+    publisher = files_publisher(tmp_path, keep=2)
+    for version in (1, 2, 3):
+        written(publisher, version, seed=version)
+    root = tmp_path / "weights" / "policy"
+    assert sorted(p.name for p in root.iterdir()) == ["v00000002", "v00000003"]
+    assert (root / "v00000003" / "manifest.json").exists()
+    # A trainer resumed from step 1's checkpoint: versions above it are from steps it lost.
+    written(publisher, 1, seed=1)
+    assert sorted(p.name for p in root.iterdir()) == ["v00000001"]
+
+
+def test_a_version_staged_before_collection_still_loads(tmp_path):
+    publisher = files_publisher(tmp_path, keep=2)
+    update = written(publisher, 1, seed=7)
+    staged = fetch_files(update, str(tmp_path))
+    for version in (2, 3):  # v1 is collected while the worker still holds it staged
+        written(publisher, version, seed=version)
+    assert not (tmp_path / "weights" / "policy" / "v00000001").exists()
+    engine = build_engine("transformers", ModelSpec())
+    staged.load_into(engine)
+    assert weights_of(engine) == weights_to_bytes(build_model(ModelSpec(seed=7)))
+
+
+def corrupt_bucket(update, tmp_path) -> None:
+    path = tmp_path / "weights" / "policy" / f"v{update.version:08d}" / update.manifest[1].file
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def missing_bucket(update, tmp_path) -> None:
+    (tmp_path / "weights" / "policy" / f"v{update.version:08d}" / update.manifest[-1].file).unlink()
+
+
+@pytest.mark.parametrize(("spoil", "reason", "says"), [
+    (corrupt_bucket, "checksum", "sha256"),
+    (missing_bucket, "missing", "does not exist"),
+])
+def test_bad_files_are_refused_with_a_reason(tmp_path, spoil, reason, says):
+    publisher = files_publisher(tmp_path, bucket_bytes=20_000)
+    update = written(publisher, 1, seed=7)
+    spoil(update, tmp_path)
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    with pytest.raises(WeightIntegrityError, match=says) as e:
+        fetch_files(update, str(staging))
+    assert e.value.reason == reason
+    assert list(staging.iterdir()) == []  # nothing half-staged is left behind
+
+
+def test_a_manifest_that_does_not_describe_the_bytes_is_refused(tmp_path):
+    publisher = files_publisher(tmp_path, bucket_bytes=20_000)
+    update = written(publisher, 1, seed=7)
+    first = update.manifest[0]
+    renamed = first.model_copy(update={"tensors": (first.tensors[0].model_copy(update={"name": "other"}),
+                                                   *first.tensors[1:])})
+    # Re-fingerprinted, so only the bytes can tell: the header names other tensors.
+    lying = announce_buckets("policy", 1, [renamed, *update.manifest[1:]], transport="files", uri=update.uri)
+    with pytest.raises(WeightIntegrityError, match="tensors differ from the manifest") as e:
+        fetch_files(lying, str(tmp_path))
+    assert e.value.reason == "manifest"
+    resized = first.model_copy(update={"bytes": first.bytes + 1})
+    tampered = update.model_copy(update={"manifest": (resized, *update.manifest[1:]),  # fingerprint kept
+                                         "total_bytes": update.total_bytes + 1})
+    with pytest.raises(WeightIntegrityError, match="manifest does not match"):
+        fetch_files(tampered, str(tmp_path))
+
+
+def test_tensors_that_are_not_the_models_are_refused_before_any_is_written(tmp_path):
+    model = build_model(ModelSpec())
+    before = weights_to_bytes(model)
+    other = build_model(ModelSpec(seed=3, tiny={"n_embd": 32}))
+    publisher = files_publisher(tmp_path, bucket_bytes=20_000)
+    manifest = publisher.write(1, publisher.pack(state_tensors(other), None))
+    paths = [tmp_path / "weights" / "policy" / "v00000001" / b.file for b in manifest]
+    with pytest.raises(ValueError, match="has shape"):
+        load_weight_files(model, paths)
+    assert weights_to_bytes(model) == before
+
+
+def test_loading_streams_into_the_models_dtype(tmp_path):
+    model = build_model(ModelSpec()).to(torch.bfloat16)
+    publisher = files_publisher(tmp_path)
+    manifest = publisher.write(1, publisher.pack(state_tensors(build_model(ModelSpec(seed=7))), None))
+    load_weight_files(model, [tmp_path / "weights" / "policy" / "v00000001" / b.file for b in manifest])
+    source = build_model(ModelSpec(seed=7)).state_dict()
+    for name, t in model.state_dict().items():
+        assert t.dtype == torch.bfloat16
+        assert torch.equal(t, source[name].to(torch.bfloat16))
+
+
+def broadcast_round(store, buckets, version, expected, join_timeout_s=5.0, timeout_s=10.0) -> dict:
+    """What the trainer's broadcast thread does for one version, minus Kafka."""
+    out: dict = {}
+
+    def serve():
+        size = broadcast.close_membership(store, version, expected, join_timeout_s)
+        out["size"] = size
+        try:
+            if size > 1:
+                broadcast.send(broadcast.group(store, version, 0, size, timeout_s), buckets)
+                out["sent"] = True
+        except Exception as e:
+            out["error"] = e
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    out["thread"] = thread
+    return out
+
+
+def test_broadcast_delivers_a_version_to_the_workers_that_joined(tmp_path):
+    store = broadcast.host_store("127.0.0.1", 0, 10)
+    buckets = to_buckets(state_tensors(build_model(ModelSpec(seed=7))), 20_000)
+    update = announce_buckets("policy", 4, manifest_of(buckets), transport="broadcast",
+                              rendezvous=f"127.0.0.1:{store.port}")
+    trainer = broadcast_round(store, buckets, 4, expected=2)
+    results: list = [None, None]
+
+    def worker(i):
+        results[i] = receive_broadcast(update, 10, str(tmp_path))
+    workers = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(30)
+    trainer["thread"].join(30)
+    assert trainer == {**trainer, "size": 3, "sent": True}
+    for staged in results:
+        engine = build_engine("transformers", ModelSpec())
+        staged.load_into(engine)
+        assert weights_of(engine) == weights_to_bytes(build_model(ModelSpec(seed=7)))
+    # Late for a closed group: no place in it, and the files announcement brings the version.
+    assert receive_broadcast(update, 10, str(tmp_path)) is None
+
+
+def test_a_worker_that_joins_and_dies_costs_the_sending_thread_a_timeout_not_training():
+    store = broadcast.host_store("127.0.0.1", 0, 10)
+    ghost = broadcast.connect(f"127.0.0.1:{store.port}", 10)
+    ghost.add("v5/joined", 1)  # joined, then never builds the group
+    started = time.monotonic()
+    trainer = broadcast_round(store, [b"x" * 100], 5, expected=1, timeout_s=2.0)
+    assert time.monotonic() - started < 0.5  # the caller went on at once
+    trainer["thread"].join(30)
+    assert trainer["size"] == 2 and "sent" not in trainer and trainer["error"] is not None
+    assert time.monotonic() - started < 10
+
+
+def test_a_vanished_trainer_is_a_broadcast_refusal(tmp_path):
+    store = broadcast.host_store("127.0.0.1", 0, 10)
+    buckets = [b"y" * 64]
+    update = announce_buckets("policy", 6, manifest_of(to_buckets({"w": torch.zeros(16)}, 1 << 20)),
+                              transport="broadcast", rendezvous=f"127.0.0.1:{store.port}")
+    store.set("v6/size", "2")  # the group closed with this worker in it, and the trainer never comes
+    with pytest.raises(WeightIntegrityError, match="broadcast from .* failed") as e:
+        receive_broadcast(update, 2, str(tmp_path))
+    assert e.value.reason == "broadcast" and buckets
