@@ -39,6 +39,7 @@ def archive(config: Path = typer.Argument(..., exists=True, dir_okay=False, help
             idle_timeout: Optional[float] = typer.Option(None, help="Stop after this many seconds without data."),
             ) -> None:
     """Archive the config's topics to Parquet until SIGTERM / Ctrl-C (or a budget); resumes where the files end."""
+    from kernel.progress import progress
     from streams.archive import Archiver
 
     with user_errors():
@@ -51,7 +52,8 @@ def archive(config: Path = typer.Argument(..., exists=True, dir_okay=False, help
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
-    stats = archiver.run(lambda: stop["requested"], max_records, idle_timeout)
+    with progress(f"archive {cfg.namespace}", total=max_records, unit="rows") as bar:
+        stats = archiver.run(lambda: stop["requested"], max_records, idle_timeout, bar)
     console.print(f"archived {stats.rows} rows in {stats.files} files ({stats.rows_per_s:.0f} rows/s; "
                   f"{stats.undecodable} undecodable kept as rejected rows) under {cfg.archive.root}/{cfg.namespace}")
 
@@ -153,6 +155,7 @@ def replay(to: str = typer.Option(..., "--to", help="Namespace to send to: its e
            bootstrap: Optional[str] = BootstrapOpt,
            ) -> None:
     """Send selected historic experiences to a namespace's ready (or raw) topic; prints how many."""
+    from kernel.progress import progress
     from streams import RecordProducer, Topics, create_topics
     from streams.replay import Selection, replay as run_replay
 
@@ -167,7 +170,7 @@ def replay(to: str = typer.Option(..., "--to", help="Namespace to send to: its e
         history = _history(root, config, namespace, live, bootstrap, None)
         topic = getattr(Topics(to), into)
         create_topics(kafka, to)
-        with RecordProducer(kafka) as producer:
-            result = run_replay(history, selection, entry, producer, topic)
+        with RecordProducer(kafka) as producer, progress(f"replay to {topic}", unit="records") as bar:
+            result = run_replay(history, selection, entry, producer, topic, bar)
         console.print(f"replayed {result.sent} records ({result.selected} selected) to {topic} "
                       f"in {result.seconds:.2f} s ({result.records_per_s:.0f} records/s)")

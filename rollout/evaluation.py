@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from math import comb
 
+from kernel.progress import Bar, progress
 from schemas import EvalResult, Task
 
 from rollout.config import EvalConfig, RolloutConfig, TasksetConfig
@@ -77,19 +78,24 @@ class Evaluator:
         return [self._taskset(h, version) for h in self.heldout]
 
     def _taskset(self, heldout: HeldOut, version: int) -> EvalResult:
+        passes = int(self.cfg.greedy) + int(bool(self.cfg.samples))  # the greedy run, the sampled one
+        with progress(f"eval v{version} {heldout.name}", total=passes * len(heldout.tasks), unit="prompts") as bar:
+            return self._scored_taskset(heldout, version, bar)
+
+    def _scored_taskset(self, heldout: HeldOut, version: int, bar: Bar) -> EvalResult:
         started = time.perf_counter()
         prompts = [prompt_tokens(t, self.ctx)[1] for t in heldout.tasks]
         rewards: list[float] = []
         lengths: list[int] = []
         accuracy = None
         if self.cfg.greedy:
-            scored = self._score(heldout.tasks, prompts, 1, self.greedy)
+            scored = self._score(heldout.tasks, prompts, 1, self.greedy, bar)
             accuracy = sum(self._correct(r[0]) for r, _ in scored) / len(scored)
             rewards, lengths = [r[0] for r, _ in scored], [n[0] for _, n in scored]
         pass_at: dict[str, float] = {}
         n = self.cfg.samples
         if n:
-            scored = self._score(heldout.tasks, prompts, n, self.sampled)
+            scored = self._score(heldout.tasks, prompts, n, self.sampled, bar)
             for k in ks_for(n):
                 pass_at[f"pass@{k}"] = sum(pass_at_k(n, sum(map(self._correct, r)), k) for r, _ in scored) / len(scored)
             rewards = [x for r, _ in scored for x in r]  # the samples' rewards, not the greedy ones
@@ -100,13 +106,14 @@ class Evaluator:
                           seconds=time.perf_counter() - started)
 
     def _score(self, tasks: list[Task], prompts: list[list[int]], n: int,
-               params: SamplingParams) -> list[tuple[list[float], list[int]]]:
+               params: SamplingParams, bar: Bar) -> list[tuple[list[float], list[int]]]:
         """Per task: the rewards and lengths of its `n` answers."""
         out = []
         for start in range(0, len(tasks), BATCH_PROMPTS):
             batch = self.engine.generate(prompts[start:start + BATCH_PROMPTS], n, params)
             for task, samples in zip(tasks[start:start + BATCH_PROMPTS], batch):
                 out.append(([total(self.reward(s.text, task)) for s in samples], [len(s.tokens) for s in samples]))
+            bar.advance(len(batch))
         return out
 
     def _correct(self, reward: float) -> bool:

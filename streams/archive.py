@@ -19,6 +19,8 @@ from typing import Callable
 from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from kernel.progress import Bar
+
 from schemas import DecodeError, Rejected, WeightUpdate, decode, record_types
 from streams.archive_store import ArchivedMessage, ArchiveStore
 from streams.connect import connect
@@ -98,6 +100,7 @@ class Archiver:
                                 max_partition_fetch_bytes=32 << 20, fetch_max_bytes=64 << 20)
         self.buffers: dict[TopicPartition, _Buffer] = {}
         self.stats = ArchiveStats()
+        self.bar = Bar()  # advanced by the rows of each flush
         self._assign()
 
     def _assign(self) -> None:
@@ -117,8 +120,9 @@ class Archiver:
             self.buffers[tp] = _Buffer(first=offset)
 
     def run(self, should_stop: Callable[[], bool], max_records: int | None = None,
-            idle_timeout_s: float | None = None) -> ArchiveStats:
+            idle_timeout_s: float | None = None, bar: Bar | None = None) -> ArchiveStats:
         """Archive until `should_stop()`, `max_records` rows, or `idle_timeout_s` without data; then flush."""
+        self.bar = bar or self.bar
         started = last_data = last_flush = time.monotonic()
         try:
             while not should_stop() and (max_records is None or self.stats.rows + self._buffered() < max_records):
@@ -168,6 +172,7 @@ class Archiver:
             self.stats.files += len(paths)
             self.stats.rows += len(buffer.messages)
             self.stats.rows_by_topic[suffix] = self.stats.rows_by_topic.get(suffix, 0) + len(buffer.messages)
+            self.bar.advance(len(buffer.messages))
             self.buffers[tp] = _Buffer(first=last + 1)
             commits[tp] = OffsetAndMetadata(last + 1, "", -1)
         if commits:

@@ -19,6 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from kernel.progress import Bar
 from kernel.registry import Registry
 from schemas import Experience, PreferencePair, Record, from_arrow, record_type
 from streams.history import VIEWS, History
@@ -93,16 +94,19 @@ def select(history: History, selection: Selection) -> list[Record]:
 
 
 def replay(history: History, selection: Selection, shape: str | dict[str, Any], producer: RecordProducer,
-           topic: str) -> ReplayResult:
-    """Select, shape and send to `topic`; returns once every record is acknowledged."""
+           topic: str, bar: Bar | None = None) -> ReplayResult:
+    """Select, shape and send to `topic`; returns once every record is acknowledged (`bar` counts them)."""
     started = time.monotonic()
+    bar = bar or Bar()
     component = replay_shapes.resolve(shape)
     records = select(history, selection)
     out = component(records)
+    bar.total(len(out))
     futures = [producer.send(topic, r, key=replay_key(r)) for r in out]
     producer.flush()
     for f in futures:
         f.get(timeout=60)  # raises if the broker refused one: the count printed is what arrived
+        bar.advance()
     return ReplayResult(len(records), len(out), topic, time.monotonic() - started)
 
 

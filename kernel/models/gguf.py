@@ -7,6 +7,8 @@ import os
 import shutil
 from pathlib import Path
 
+from kernel.progress import progress
+
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -27,14 +29,18 @@ def dequantized_dir(gguf: Path) -> str:
     if not (cache / "config.json").exists():
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        # Dequantizing takes ~30 s on 2 cores: do it once per file.
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        # Trainer and rollout workers may convert at the same time: each writes its own copy and
-        # the first rename wins.
+        # Dequantizing takes ~30 s on 2 cores: do it once per file. Trainer and rollout workers may
+        # convert at the same time: each writes its own copy and the first rename wins.
         tmp = cache.with_name(f"{cache.name}.tmp-{os.getpid()}")
-        model.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
+        with progress(f"dequantize {gguf.name}", total=4, unit="steps") as bar:
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            bar.advance()
+            tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            bar.advance()
+            model.save_pretrained(tmp, safe_serialization=True)
+            bar.advance()
+            tok.save_pretrained(tmp)
+            bar.advance()
         try:
             tmp.rename(cache)
         except OSError:
