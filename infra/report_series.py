@@ -144,10 +144,9 @@ def build_panels(rows: list[dict], extra: dict[str, list[Curve]] | None = None) 
 
 def _add_staleness_shares(row: dict, label: str, x: tuple[float, float], oldest: int, points: dict) -> None:
     """staleness_<k> counts -> the share of the batch k versions old, 0 where the row has none of k."""
-    total = sum(row.get(f"staleness_{k}", 0.0) for k in range(oldest + 1))
-    if total:
-        for k in range(oldest + 1):
-            points[(f"{label}:staleness {k}", "trainer", f"staleness_{k}")].append((*x, row.get(f"staleness_{k}", 0.0) / total))
+    counts = [row.get(f"staleness_{k}", 0.0) for k in range(oldest + 1)]
+    for k, n in enumerate(counts if sum(counts) else []):
+        points[(f"{label}:staleness {k}", "trainer", f"staleness_{k}")].append((*x, n / sum(counts)))
 
 
 def _cumulative(values: list[float]) -> list[float]:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,14 @@ from tests.run_output import wait_run
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
+# README commands that start long work of their own instead of looking at the finished demo run.
+NOT_ON_A_FINISHED_RUN = {
+    "run": "starts a run: the demo is that run, and --resume is test_ctrl_c_checkpoints_and_resume_continues",
+    "monitor": "runs until SIGTERM, on a config of its own (tests/infra/test_monitor.py)",
+    "archive": "runs until SIGTERM; the demo archived itself (run.archive)",
+    "broker": "starts or stops this machine's broker, not the run's (tests/infra/test_broker_cli.py)",
+    "--follow": "follows its topic until Ctrl-C",
+}
 
 
 def demo_config(tmp_path: Path, **run: object) -> Path:
@@ -47,10 +58,24 @@ def eval_rows(run_dir: Path, stage: str) -> list[dict]:
     return [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("stage") == stage and r["component"] == "eval"]
 
 
-def test_demo_learns_through_the_broker(tmp_path):
+@dataclass
+class DemoRun:
+    run_dir: Path
+    out: str
+
+
+@pytest.fixture(scope="module")
+def demo(kafka, tmp_path_factory) -> DemoRun:
+    """The demo, run once for the tests below (~4 min), on the session's broker: its topics stay up
+    after it for the README's `undertow tail` and `replay` (the demo's own broker stops with it)."""
+    tmp_path = tmp_path_factory.mktemp("demo")
     proc = undertow_run(str(demo_config(tmp_path)), "--runs-dir", str(tmp_path / "runs"))
     out = wait_run(proc, tmp_path / "runs", timeout=720)
-    run_dir = only_run_dir(tmp_path / "runs")
+    return DemoRun(only_run_dir(tmp_path / "runs"), out)
+
+
+def test_demo_learns_through_the_broker(demo):
+    run_dir, out = demo.run_dir, demo.out
     assert json.loads((run_dir / "run.json").read_text())["status"] == "done"
     # Held-out greedy accuracy on all 100 one-digit sums, from the weights RL starts from to its last.
     evals = eval_rows(run_dir, "rl")
@@ -67,6 +92,30 @@ def test_demo_learns_through_the_broker(tmp_path):
     assert sum(rewards[-90:]) / 90 >= sum(rewards[:90]) / 90 + 0.15
     assert "stage rl: held-out sums-heldout/greedy_accuracy" in out
     assert "stage rl: done" in out and (run_dir / "checkpoints" / "demo-rl").is_dir()
+
+
+def readme_commands(run_dir: Path) -> list[list[str]]:
+    """Every `undertow ...` line of the README's bash blocks, with the demo's run directory in it."""
+    text = (ROOT / "README.md").read_text().replace("runs/demo-<time>", str(run_dir))
+    lines = [line for block in re.findall(r"```bash\n(.*?)```", text, re.S) for line in block.splitlines()]
+    return [shlex.split(line, comments=True)[1:] for line in lines if line.startswith("undertow ")]
+
+
+def test_every_readme_command_runs_on_the_finished_demo(demo):
+    ran = []
+    for args in readme_commands(demo.run_dir):
+        if any(word in NOT_ON_A_FINISHED_RUN for word in args[:1] + [a for a in args if a.startswith("--")]):
+            continue
+        proc = subprocess.run([sys.executable, "-m", "infra.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"})  # rich's tables unwrapped
+        assert proc.returncode == 0, f"undertow {shlex.join(args)}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+        ran.append((args, proc.stdout))
+    assert len(ran) >= 14, [a for a, _ in ran]  # the README's look-at-a-run commands, none lost to parsing
+    outputs = {a[0] + (" " + a[1] if a[0] == "config" else ""): o for a, o in ran}
+    assert "index.html" in outputs["report"] and "sums-heldout" in outputs["eval"] and "ok" in outputs["config check"]
+    page = (demo.run_dir / "report" / "index.html").read_text()
+    assert 'id="samples"' in page and "no-archive" not in page  # the demo archives: the page shows its samples
+    assert "experiences" in outputs["status"] and "replayed" in outputs["replay"] and "pass_rate" in outputs["query"]
 
 
 def test_ctrl_c_checkpoints_and_resume_continues(tmp_path):

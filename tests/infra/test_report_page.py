@@ -50,8 +50,9 @@ def make_run(tmp_path: Path, archive: bool) -> Path:
     run_dir = tmp_path / "demo-20260101-000000"
     run_dir.mkdir()
     (run_dir / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in metric_rows()))
+    stages = [{"name": "warmup", "steps": 1}, {"name": "rl", "steps": STEPS}]  # namespaces demo-warmup, demo-rl
     (run_dir / "config.yaml").write_text(yaml.safe_dump(
-        {"namespace": "demo", "run": {"name": "demo", "archive": archive, "stages": [{"name": "warmup", "steps": 1}, {"name": "rl", "steps": STEPS}]}}))
+        {"namespace": "demo", "run": {"name": "demo", "archive": archive, "stages": stages}}))
     (run_dir / "run.json").write_text(json.dumps({"status": "done", "stages": [
         {"name": "warmup", "status": "done", "seconds": 10.0}, {"name": "rl", "status": "done", "seconds": 31.0}]}))
     if archive:
