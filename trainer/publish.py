@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -26,14 +27,15 @@ from typing import Any, Protocol
 from kernel import broadcast
 from kernel.models.weights import read_header, to_buckets
 from kernel.registry import Registry
-from schemas import Bucket, TensorMeta, WeightUpdate, announce_buckets, chunk_weights
-from streams import KafkaSettings, RecordProducer
+from schemas import Bucket, MetricEvent, TensorMeta, WeightUpdate, announce_buckets, chunk_weights
+from streams import KafkaSettings, RecordProducer, Topics
 
 from .config import WeightsConfig
 
 log = logging.getLogger(__name__)
 
 VERSION_PREFIX = "v"
+METRICS_COMPONENT = "trainer-weights"
 
 
 @dataclass
@@ -58,10 +60,10 @@ class Publisher(Protocol):
 publishers: Registry[type] = Registry("weights transport")
 
 
-def build_publisher(model: str, cfg: WeightsConfig, producer: RecordProducer, topic: str, payload: str,
+def build_publisher(model: str, cfg: WeightsConfig, producer: RecordProducer, topics: Topics, payload: str,
                     settings: KafkaSettings) -> Publisher:
-    """The configured transport's publisher for `model`'s versions on `topic`."""
-    return publishers.get(cfg.transport)(model, cfg, producer, topic, payload, settings)
+    """The configured transport's publisher for `model`'s versions on `topics.weights`."""
+    return publishers.get(cfg.transport)(model, cfg, producer, topics, payload, settings)
 
 
 def publish_weights(producer: RecordProducer, topic: str, updates: list[WeightUpdate]) -> Published:
@@ -78,9 +80,9 @@ def publish_weights(producer: RecordProducer, topic: str, updates: list[WeightUp
 class KafkaPublisher:
     """Inline chunks of one safetensors blob."""
 
-    def __init__(self, model: str, cfg: WeightsConfig, producer: RecordProducer, topic: str, payload: str,
+    def __init__(self, model: str, cfg: WeightsConfig, producer: RecordProducer, topics: Topics, payload: str,
                  settings: KafkaSettings):
-        self.model, self.cfg, self.producer, self.topic, self.payload = model, cfg, producer, topic, payload
+        self.model, self.cfg, self.producer, self.topics, self.payload = model, cfg, producer, topics, payload
 
     def pack(self, tensors: dict[str, Any], metadata: dict[str, str] | None) -> bytes:
         from safetensors.torch import save
@@ -89,7 +91,7 @@ class KafkaPublisher:
 
     def publish(self, version: int, packed: bytes) -> Published:
         chunks = chunk_weights(self.model, version, packed, self.cfg.chunk_bytes, self.payload)
-        return publish_weights(self.producer, self.topic, chunks)
+        return publish_weights(self.producer, self.topics.weights, chunks)
 
     def close(self) -> None:
         pass
@@ -110,11 +112,11 @@ def manifest_of(buckets: list[bytes]) -> list[Bucket]:
 class FilesPublisher:
     """Version directories `<uri>/<model>/v00000012/` of safetensors buckets and a manifest.json."""
 
-    def __init__(self, model: str, cfg: WeightsConfig, producer: RecordProducer, topic: str, payload: str,
+    def __init__(self, model: str, cfg: WeightsConfig, producer: RecordProducer, topics: Topics, payload: str,
                  settings: KafkaSettings):
         import fsspec
 
-        self.model, self.cfg, self.producer, self.topic, self.payload = model, cfg, producer, topic, payload
+        self.model, self.cfg, self.producer, self.topics, self.payload = model, cfg, producer, topics, payload
         assert cfg.uri is not None  # WeightsConfig requires it for this transport
         uri = cfg.uri if "://" in cfg.uri else os.path.abspath(os.path.expanduser(cfg.uri))
         self.fs, root = fsspec.core.url_to_fs(uri)
@@ -130,7 +132,7 @@ class FilesPublisher:
         manifest = self.write(version, packed)
         update = announce_buckets(self.model, version, manifest, transport="files", uri=self.version_uri(version),
                                   payload=self.payload)
-        return publish_weights(self.producer, self.topic, [update])
+        return publish_weights(self.producer, self.topics.weights, [update])
 
     def close(self) -> None:
         pass
@@ -176,11 +178,11 @@ class FilesPublisher:
 class BroadcastPublisher:
     """The buckets over a gloo group per version, from a thread; then files for the others."""
 
-    def __init__(self, model: str, cfg: WeightsConfig, producer: RecordProducer, topic: str, payload: str,
+    def __init__(self, model: str, cfg: WeightsConfig, producer: RecordProducer, topics: Topics, payload: str,
                  settings: KafkaSettings):
-        self.model, self.cfg, self.topic, self.payload = model, cfg, topic, payload
+        self.model, self.cfg, self.topics, self.payload = model, cfg, topics, payload
         self.producer = RecordProducer(settings)  # its own: the thread sends while the trainer does
-        self.files = FilesPublisher(model, cfg, self.producer, topic, payload, settings)
+        self.files = FilesPublisher(model, cfg, self.producer, topics, payload, settings)
         bc = cfg.broadcast
         self.store = broadcast.host_store(bc.host, bc.port, bc.timeout_s)
         self.rendezvous = f"{bc.host}:{self.store.port}"
@@ -229,10 +231,11 @@ class BroadcastPublisher:
         manifest = manifest_of(buckets)
         announcement = announce_buckets(self.model, version, manifest, transport="broadcast",
                                         rendezvous=self.rendezvous, payload=self.payload)
-        publish_weights(self.producer, self.topic, [announcement])
+        publish_weights(self.producer, self.topics.weights, [announcement])
         # Everyone who tried to join the last version, in time or late, is expected now; one that
         # died is not counted after the round it missed.
         expected = broadcast.joined(self.store, self.last) if self.last is not None else 0
+        started = time.perf_counter()
         size = broadcast.close_membership(self.store, version, expected, bc.join_timeout_s)
         sent, error = False, None
         if size > 1:
@@ -245,9 +248,13 @@ class BroadcastPublisher:
                 log.warning("weights %s v%d: broadcast to %d workers failed (%s); they take the files", self.model,
                             version, size - 1, error)
         self.last = version
+        seconds = time.perf_counter() - started
         self.rounds.append({"version": version, "members": size - 1, "expected": expected, "sent": sent,
                             "error": error})
+        self.producer.send(self.topics.metrics, MetricEvent(component=METRICS_COMPONENT, step=version, values={
+            "broadcast_members": float(size - 1), "broadcast_expected": float(expected),
+            "broadcast_sent": float(sent), "broadcast_s": seconds}), key=METRICS_COMPONENT)
         self.files.write(version, buckets, manifest)
         files = announce_buckets(self.model, version, manifest, transport="files",
                                  uri=self.files.version_uri(version), payload=self.payload)
-        publish_weights(self.producer, self.topic, [files])
+        publish_weights(self.producer, self.topics.weights, [files])

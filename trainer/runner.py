@@ -63,7 +63,7 @@ class Leader:
                  state: TrainerState, objective: Any, root: Path):
         self.spec, self.cfg, self.topics, self.state = spec, cfg, topics, state
         self.producer = RecordProducer(kafka)
-        self.publisher = build_publisher(spec.name, cfg.weights, self.producer, topics.weights,
+        self.publisher = build_publisher(spec.name, cfg.weights, self.producer, topics,
                                          "adapter" if cfg.lora else "full", kafka)
         self.feed = Feed(kafka, topics, cfg.batching, group_id=cfg.consumer_group,
                          record_type=objective.record_type, checks_staleness=objective.checks_staleness,

@@ -26,13 +26,18 @@ from infra.broker import LocalKafka, free_port_block
 from infra.metrics_log import read_metrics
 from infra.run import latest_export
 from rollout.feeder import item_key
-from streams import KafkaSettings
+from schemas import WeightUpdate
+from streams import KafkaSettings, Topics
+from tests.helpers import read_all
 from tests.run_output import stop_run, wait_run
 
 pytestmark = [pytest.mark.broker, pytest.mark.cluster, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = 1600  # x 8 samples = 200 trainer steps of 64
 FAULT_AT_STEP = 20
+# Each weights transport rides through a fault end to end: a rollout worker killed while it may be in
+# a broadcast group, a trainer resumed from a checkpoint behind the versions it had written as files.
+TRANSPORT = {"rollout": "broadcast", "trainer": "files", "processors": "kafka", "broker": "kafka"}
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +73,9 @@ def test_the_loop_survives_a_sigkill(fault, cluster, warm_start, tmp_path):
     cfg["processors"]["group_timeout_s"] = 10
     cfg["trainer"]["batching"]["group_timeout_s"] = 10
     cfg["run"]["idle_timeout_s"] = 25
+    transport = TRANSPORT[fault]
+    if transport != "kafka":
+        cfg["trainer"]["weights"] = {"transport": transport, "uri": str(tmp_path / "weights"), "bucket_bytes": 100_000}
     proc = start_run(cfg, tmp_path, cluster)
     try:
         run_dir = wait_for_step(proc, tmp_path / "runs", FAULT_AT_STEP)
@@ -112,6 +120,25 @@ def test_the_loop_survives_a_sigkill(fault, cluster, warm_start, tmp_path):
     evals = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["component"] == "eval"]
     print(f"{fault}: held-out greedy accuracy {[(int(r['version']), r['sums-heldout/greedy_accuracy']) for r in evals]}")
     assert evals[0]["version"] == 0 and evals[-1]["version"] == rewards[-1][0]
+    if transport != "kafka":
+        check_transport(transport, cluster, namespace, run_dir, last=int(rewards[-1][0]))
+
+
+def check_transport(transport: str, cluster: LocalKafka, namespace: str, run_dir: Path, last: int) -> None:
+    """The topic held announcements only, workers swapped all along, broadcast reached its members."""
+    kafka = KafkaSettings(bootstrap_servers=cluster.bootstrap_servers)
+    updates = read_all(kafka, Topics(namespace).weights, WeightUpdate)
+    assert updates and all(u.data is None and u.transport in ("files", "broadcast") for u in updates)
+    metrics = read_metrics(run_dir / "metrics.jsonl")
+    swapped = sorted({int(r["version"]) for r in metrics if "weight_swap_s" in r})
+    print(f"{transport}: {len(swapped)} versions swapped in of {last}, pause "
+          f"{max(r['weight_swap_s'] for r in metrics if 'weight_swap_s' in r):.3f} s at most")
+    assert len(swapped) >= 0.5 * last and swapped[-1] >= last - 5
+    if transport == "broadcast":
+        rounds = [r for r in metrics if r["component"] == "trainer-weights"]
+        sent = sum(r["broadcast_sent"] for r in rounds)
+        print(f"broadcast: {sent:.0f} of {len(rounds)} versions sent to the group")
+        assert sent >= 0.5 * len(rounds)
 
 
 # -- helpers ------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from trainer.publish import FilesPublisher, manifest_of
 
 def files_publisher(tmp_path, **cfg) -> FilesPublisher:
     config = WeightsConfig(transport="files", uri=str(tmp_path / "weights"), **cfg)
-    return FilesPublisher("policy", config, producer=None, topic="t", payload="full", settings=None)
+    return FilesPublisher("policy", config, producer=None, topics=None, payload="full", settings=None)
 
 
 def written(publisher: FilesPublisher, version: int, seed: int):

@@ -1,0 +1,160 @@
+"""Weights by files and by broadcast through the real broker: a rollout worker swaps each good version,
+refuses each bad one with a reason while it goes on generating, and the topic holds announcements only."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from kernel import broadcast
+from kernel.models import ModelSpec, build_model, weights_to_bytes
+from kernel.models.weights import state_tensors
+from rollout.config import RolloutRunConfig, load_run_config
+from rollout.engines import build_engine
+from rollout.weight_subscriber import WeightSubscriber
+from rollout.worker import RolloutWorker
+from schemas import Experience, MetricEvent, Rejected, Task, WeightUpdate, announce_buckets
+from streams import RecordProducer, Topics
+from trainer.config import WeightsConfig
+from trainer.publish import BroadcastPublisher, FilesPublisher, publish_weights
+from tests.helpers import read_all, wait_for
+from tests.rollout.test_generation import trainer_logprobs
+
+pytestmark = [pytest.mark.broker, pytest.mark.slow]
+
+ROLLOUT = {"sampling": {"max_new_tokens": 8, "temperature": 1.0}, "workflow": "single_turn",
+           "reward": "numeric_match", "max_staleness": 100}
+
+
+def tensors(seed: int) -> dict:
+    return state_tensors(build_model(ModelSpec(seed=seed)))
+
+
+def ask(producer, topics, task_id: str) -> None:
+    producer.send(topics.tasks, Task(task_id=task_id, prompt="What is 2+3?", answer="5", group_size=2), key=task_id)
+    producer.flush()
+
+
+def experiences(kafka, topics, task_id):
+    return wait_for(lambda: [e for e in read_all(kafka, topics.raw, Experience) if e.task_id == task_id],
+                    what=f"experiences of {task_id}")
+
+
+def generated_by(e: Experience, seed: int) -> bool:
+    theirs = trainer_logprobs(ModelSpec(seed=seed), [e], 1.0)[0]
+    return max(abs(a - b) for a, b in zip(e.behaviour_logprobs, theirs)) <= 1e-4
+
+
+def test_files_swap_good_versions_and_refuse_bad_ones_while_generating(kafka, namespace, config_path, tmp_path):
+    config = load_run_config(config_path(rollout=ROLLOUT), RolloutRunConfig)
+    topics = Topics(namespace)
+    worker = RolloutWorker(config, kafka, "w0")
+    stats = {}
+    thread = threading.Thread(target=lambda: stats.update(done=worker.run(max_tasks=4)))
+    thread.start()
+    cfg = WeightsConfig(transport="files", uri=str(tmp_path / "weights"), bucket_bytes=20_000, keep=10)
+    with RecordProducer(kafka) as producer:
+        publisher = FilesPublisher("policy", cfg, producer, topics, "full", kafka)
+        ask(producer, topics, "t0")
+        experiences(kafka, topics, "t0")
+        publisher.publish(1, publisher.pack(tensors(7), None))
+        wait_for(lambda: worker.admission.held == 1, what="v1 loaded")
+        ask(producer, topics, "t1")
+        on_v1 = experiences(kafka, topics, "t1")
+
+        def announce_spoiled(version: int, spoil) -> None:
+            buckets = publisher.pack(tensors(version), None)
+            manifest = publisher.write(version, buckets)
+            folder = tmp_path / "weights" / "policy" / f"v{version:08d}"
+            update = announce_buckets("policy", version, spoil(folder, manifest), transport="files",
+                                      uri=publisher.version_uri(version))
+            publish_weights(producer, topics.weights, [update])
+
+        def flip_a_byte(folder, manifest):
+            path = folder / manifest[1].file
+            data = bytearray(path.read_bytes())
+            data[-1] ^= 1
+            path.write_bytes(bytes(data))
+            return manifest
+
+        def drop_a_file(folder, manifest):
+            (folder / manifest[-1].file).unlink()
+            return manifest
+
+        def misname_a_tensor(folder, manifest):
+            first = manifest[0]
+            wrong = first.tensors[0].model_copy(update={"name": "not.in.the.file"})
+            return [first.model_copy(update={"tensors": (wrong, *first.tensors[1:])}), *manifest[1:]]
+
+        announce_spoiled(2, flip_a_byte)
+        announce_spoiled(3, drop_a_file)
+        announce_spoiled(4, misname_a_tensor)
+        wait_for(lambda: worker.subscriber.refused == [2, 3, 4], what="v2-v4 refused")
+        ask(producer, topics, "t2")
+        still_v1 = experiences(kafka, topics, "t2")
+        publisher.publish(5, publisher.pack(tensors(9), None))
+        wait_for(lambda: worker.admission.held == 5, what="v5 loaded")
+        ask(producer, topics, "t3")
+        on_v5 = experiences(kafka, topics, "t3")
+    thread.join(timeout=120)
+    assert not thread.is_alive() and stats["done"].tasks == 4 and stats["done"].weight_swaps == 2
+
+    assert {e.policy_version for e in on_v1} == {1} and generated_by(on_v1[0], 7)
+    assert {e.policy_version for e in still_v1} == {1} and generated_by(still_v1[0], 7)
+    assert {e.policy_version for e in on_v5} == {5} and generated_by(on_v5[0], 9)
+    refused = {r.record_id: r for r in read_all(kafka, topics.rejected, Rejected) if r.stage == "weights"}
+    assert {k: r.reason for k, r in refused.items()} == {
+        "policy@v2": "checksum", "policy@v3": "missing", "policy@v4": "manifest"}
+    swaps = [m for m in read_all(kafka, topics.metrics, MetricEvent) if "weight_swap_s" in m.values]
+    assert [m.step for m in swaps] == [1, 5] and all(0 < m.values["weight_swap_s"] < 5 for m in swaps)
+    updates = read_all(kafka, topics.weights, WeightUpdate)
+    assert len(updates) == 5 and all(u.data is None and u.transport == "files" for u in updates)
+
+
+def test_broadcast_reaches_the_joined_worker_and_survives_a_dead_one(kafka, namespace, tmp_path):
+    topics = Topics(namespace)
+    cfg = WeightsConfig(transport="broadcast", uri=str(tmp_path / "weights"), bucket_bytes=20_000,
+                        broadcast={"join_timeout_s": 2, "timeout_s": 3})  # the worker waits 3 s: longer than the join
+    with RecordProducer(kafka) as producer:
+        subscriber = WeightSubscriber(kafka, topics, "policy", producer, staging_dir=str(tmp_path),
+                                      broadcast_timeout_s=3)
+        subscriber.start()
+        assert subscriber.caught_up.wait(30)
+        publisher = BroadcastPublisher("policy", cfg, producer, topics, "full", kafka)
+        engine = build_engine("transformers", ModelSpec())
+        try:
+            def next_version(version: int, seed: int):
+                started = time.monotonic()
+                publisher.publish(version, publisher.pack(tensors(seed), None))
+                assert time.monotonic() - started < 0.5  # the trainer hands over and trains on
+                ready = wait_for(lambda: (r := subscriber.take()) and r.version == version and r, timeout=60,
+                                 what=f"v{version}")
+                assert subscriber.load(ready, engine) is not None
+                assert weights_to_bytes(engine.model) == weights_to_bytes(build_model(ModelSpec(seed=seed)))
+                return ready.via
+
+            # v1: nobody was expected yet, so the worker came late and took the files.
+            assert next_version(1, seed=1) == "files"
+            assert next_version(2, seed=2) == "broadcast"  # now it is expected, and joins in time
+            # v3: a second worker, late for v2 (so expected now), joins and dies before the group
+            # forms; the trainer's thread times out, so does the live worker's receive (refused:
+            # broadcast), and the files bring v3.
+            ghost = broadcast.connect(publisher.rendezvous, 10)
+            ghost.add("v2/joined", 1)
+            ghost.add("v3/joined", 1)
+            assert next_version(3, seed=3) == "files"
+            assert next_version(4, seed=4) == "broadcast"  # the dead one is not waited for again
+        finally:
+            publisher.close()
+            subscriber.stop()
+    rounds = {r["version"]: (r["members"], r["sent"]) for r in publisher.rounds}
+    assert rounds == {1: (0, False), 2: (1, True), 3: (2, False), 4: (1, True)}
+    assert [r.record_id for r in read_all(kafka, topics.rejected, Rejected) if r.reason == "broadcast"] == ["policy@v3"]
+    updates = read_all(kafka, topics.weights, WeightUpdate)
+    assert [(u.version, u.transport) for u in updates] == [
+        (v, t) for v in (1, 2, 3, 4) for t in ("broadcast", "files")]
+    assert all(u.data is None for u in updates)
+    sent = [m for m in read_all(kafka, topics.metrics, MetricEvent) if m.component == "trainer-weights"]
+    assert [m.values["broadcast_sent"] for m in sent] == [0.0, 1.0, 0.0, 1.0]
