@@ -155,6 +155,40 @@ def test_a_swap_changes_the_next_generations_in_place(engine, spec, original, tm
     assert worst_gap(groups, prompts, lambda rows: trainer_logprobs(fields(spec), 1.0, rows)) <= TOLERANCE
 
 
+def test_bucket_files_stream_into_the_engine_and_a_misfit_is_refused_first(engine, spec, original, tmp_path):
+    """The files and broadcast transports' path: many safetensors buckets, read one tensor at a time."""
+    from safetensors.torch import load
+
+    from kernel.models.weights import to_buckets
+    from tests.vllm.tiny_llama import save_tiny_llama
+
+    def written(tensors: dict, folder) -> list:
+        folder.mkdir()
+        paths = []
+        for i, blob in enumerate(to_buckets(tensors, 64 << 10)):
+            paths.append(folder / f"bucket-{i:04d}.safetensors")
+            paths[-1].write_bytes(blob)
+        return paths
+
+    other = save_tiny_llama(tmp_path / "other", seed=2)
+    tensors = load(weights_to_bytes(build_model(ModelSpec(source="hf", path=str(other)))))
+    paths = written(tensors, tmp_path / "v1")
+    assert len(paths) > 3
+    prompts, params = prompts_of(engine, "What is 12+30?"), SamplingParams(max_new_tokens=8)
+    name = "model.layers.0.mlp.down_proj.weight"
+    with pytest.raises(ValueError, match=f"{name} has shape"):
+        engine.load_weight_files(written({**tensors, name: tensors[name][:, :-1].contiguous()}, tmp_path / "bad"))
+    groups = engine.generate(prompts, 2, params)  # the refused buckets changed nothing
+    assert worst_gap(groups, prompts, lambda rows: trainer_logprobs(fields(spec), 1.0, rows)) <= TOLERANCE
+    engine.load_weight_files(paths)
+    try:
+        groups = engine.generate(prompts, 2, params)
+        other_model = {"source": "hf", "path": str(other)}
+        assert worst_gap(groups, prompts, lambda rows: trainer_logprobs(other_model, 1.0, rows)) <= TOLERANCE
+    finally:
+        engine.load_weights(original)
+
+
 def test_an_update_that_does_not_fit_is_refused_and_the_weights_stay(engine, spec, original):
     from safetensors.torch import load, save
 
