@@ -82,6 +82,9 @@ class WeightSubscriber(threading.Thread):
     def stop(self) -> None:
         self._halt.set()
         self.join(timeout=10)
+        leftover = self.take()
+        if leftover is not None:  # staged and never loaded: its files go
+            leftover.discard()
 
     def _handle(self, update: WeightUpdate) -> None:
         if update.model != self.assembler.model:

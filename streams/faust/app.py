@@ -7,6 +7,8 @@ fails validation goes to the rejected topic with its stage and reason.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Any, Iterable
 
 import faust
@@ -39,6 +41,8 @@ def create_app(app_id: str, settings: KafkaSettings, **overrides: Any) -> faust.
         broker_heartbeat_interval=3.0,
         # Our topics come from the catalog; Faust may still declare its own changelog topics.
         topic_allow_declare=True,
+        # Tables live in memory, but Faust still makes its data directory: not in the caller's cwd.
+        datadir=os.path.join(tempfile.gettempdir(), "undertow-faust", app_id),
     )
     kw.update(overrides)
     return faust.App(app_id, **kw)
