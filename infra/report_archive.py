@@ -48,7 +48,7 @@ def read_archive(run_dir: Path, t0: float, clock: VersionClock) -> ArchiveTables
             "list_avg(advantages) AS advantage, finish_reason FROM ("
             "  SELECT *, row_number() OVER (ORDER BY kafka_timestamp, kafka_partition, kafka_offset) AS i,"
             "         count(*) OVER () AS n FROM experiences)"
-            f" WHERE i % greatest(1, n // {SAMPLES}) = 0 ORDER BY i LIMIT {SAMPLES}").to_pylist()
+            f" WHERE (i - 1) % greatest(1, n // {SAMPLES}) = 0 ORDER BY i LIMIT {SAMPLES}").to_pylist()  # from the 1st
         by_reason = history.query("SELECT namespace, stage, reason, count(*) AS records, any_value(detail) AS example "
                                   "FROM rejected GROUP BY ALL ORDER BY records DESC").to_pylist()
         rejected = history.query("SELECT namespace, stage, reason, detail, record_id, topic, \"offset\" FROM rejected "
