@@ -41,10 +41,12 @@ def create_app(app_id: str, settings: KafkaSettings, **overrides: Any) -> faust.
         broker_heartbeat_interval=3.0,
         # Our topics come from the catalog; Faust may still declare its own changelog topics.
         topic_allow_declare=True,
-        # Tables live in memory, but Faust still makes its data directory: not in the caller's cwd.
-        datadir=os.path.join(tempfile.gettempdir(), "undertow-faust", app_id),
     )
     kw.update(overrides)
+    # Tables live in memory, but Faust still makes a data directory (only its last level): not in
+    # the caller's cwd.
+    kw.setdefault("datadir", os.path.join(tempfile.gettempdir(), "undertow-faust", app_id))
+    os.makedirs(os.path.dirname(kw["datadir"]), exist_ok=True)
     return faust.App(app_id, **kw)
 
 
