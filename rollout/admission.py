@@ -56,6 +56,13 @@ class Admission:
     def published(self, experiences: int) -> None:
         self.published_since_latest += experiences
 
+    def room(self) -> int | None:
+        """Experiences that may still be published on `latest` (None: no cap). A batch of tasks is
+        cut to it, as one task was admitted while anything was left: it may overshoot by one group."""
+        if self.experiences_per_version is None:
+            return None
+        return max(0, (self.max_staleness + 1) * self.experiences_per_version - self.published_since_latest)
+
     def reason_to_wait(self, now: float = 0.0) -> str | None:
         """None when a generation may start, else why not (for logs and metrics). `now`: seconds."""
         if self.latest - self.held > self.max_staleness:

@@ -1,7 +1,9 @@
 """The rollout worker: tasks in, experiences out, weights swapped between generations.
 
-Per task: generate the group, score it, publish one Experience per sample keyed by group id, wait
-for the acknowledgements, then commit the task's offset (at-least-once; ids are deterministic).
+Per batch of up to `rollout.batch_tasks` ready tasks: generate every group in one engine call (a
+single-turn workflow; others go task by task), score each, publish one Experience per sample keyed
+by group id, wait for the acknowledgements, then commit the batch's offsets (at-least-once; ids
+are deterministic, so a batch redelivered after a crash yields the same experiences).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from rollout.engines import build_engine
 from rollout.experiences import to_experiences
 from rollout.rewards import build_reward
 from rollout.weight_subscriber import WeightSubscriber
-from rollout.workflows import WorkflowContext, build_workflow
+from rollout.workflows import Outcome, WorkflowContext, build_batch_workflow
 
 log = logging.getLogger(__name__)
 
@@ -47,14 +49,15 @@ class RolloutWorker:
         self.engine = build_engine(cfg.engine, config.model)
         self.ctx = WorkflowContext(engine=self.engine, sampling=cfg.sampling, reward=build_reward(cfg.reward),
                                    chat_template=cfg.chat_template)
-        self.workflow = build_workflow(cfg.workflow)
+        self.workflow = build_batch_workflow(cfg.workflow)
+        self.batch_tasks = cfg.batch_tasks
         self.admission = Admission(cfg.max_staleness, cfg.experiences_per_version, cfg.cap_wait_s)
         self.wait_seconds = cfg.weights_wait_seconds
         self.producer = RecordProducer(settings)
         self.consumer: RecordConsumer[Task] = RecordConsumer(
             settings, [self.topics.tasks], group_id=cfg.consumer_group or rollout_group(config.namespace),
             expect=Task, rejected_topic=self.topics.rejected, producer=self.producer, stage="rollout",
-            max_poll_records=1)
+            max_poll_records=cfg.batch_tasks)
         self.subscriber = WeightSubscriber(settings, self.topics, self.model_name, self.producer)
         self.stats = WorkerStats()
 
@@ -71,13 +74,15 @@ class RolloutWorker:
             while not stop.is_set() and (max_tasks is None or self.stats.tasks < max_tasks):
                 if not self._admitted(stop):
                     break
-                deliveries = self.consumer.poll(timeout_ms=200, max_records=1)
-                for delivery in deliveries:
-                    if not self._admitted(stop):  # a version announced while poll() waited binds this task too
-                        break  # stopped first: the task stays uncommitted and comes again
-                    self._process(delivery)
+                left = self.batch_tasks if max_tasks is None else min(self.batch_tasks, max_tasks - self.stats.tasks)
+                deliveries = self.consumer.poll(timeout_ms=200, max_records=left)
+                # A version announced while poll() waited binds these tasks too.
+                if deliveries and not self._admitted(stop):
+                    break  # stopped first: the tasks stay uncommitted and come again
+                if deliveries:
+                    self._process(self._within_budget(deliveries))
                     last_work = time.monotonic()
-                if not deliveries and idle_timeout is not None and time.monotonic() - last_work > idle_timeout:
+                elif idle_timeout is not None and time.monotonic() - last_work > idle_timeout:
                     break
         finally:
             self.close()
@@ -86,7 +91,7 @@ class RolloutWorker:
     def close(self) -> None:
         self.subscriber.stop()
         self.producer.flush()
-        self.consumer.close()  # leaves the group; offsets were committed task by task
+        self.consumer.close()  # leaves the group; offsets were committed batch by batch
         self.producer.close()
 
     def _swap_weights(self) -> None:
@@ -128,25 +133,50 @@ class RolloutWorker:
         self.consumer.idle(self.wait_seconds)
         return True
 
-    def _process(self, delivery: Delivery[Task]) -> None:
-        task, started = delivery.record, time.time()
+    def _within_budget(self, deliveries: list[Delivery[Task]]) -> list[Delivery[Task]]:
+        """The first tasks of a batch that admission's budget still covers (at least one: admission let
+        it start); the rest go back to the consumer, uncommitted, for the next batch."""
+        room = self.admission.room()
+        if room is None:
+            return deliveries
+        keep, planned = 1, deliveries[0].record.group_size
+        while keep < len(deliveries) and planned < room:
+            planned += deliveries[keep].record.group_size
+            keep += 1
+        if keep < len(deliveries):
+            self.consumer.give_back(deliveries[keep:])
+        return deliveries[:keep]
+
+    def _process(self, deliveries: list[Delivery[Task]]) -> None:
+        started = time.time()
         try:
-            experiences = to_experiences(task, self.workflow(task, self.ctx), policy_version=self.admission.held,
-                                         worker=self.name)
-        except Exception as e:  # a bad task or a failing plugin: dead-letter it, do not stop the group
-            log.exception("%s: task %s failed", self.name, task.task_id)
+            outcomes = self.workflow([d.record for d in deliveries], self.ctx)  # one engine call, single-turn
+        except Exception as e:  # a batched workflow that fails as a whole fails each of its tasks
+            outcomes = [e] * len(deliveries)
+        sent = [exp for delivery, outcome in zip(deliveries, outcomes) for exp in self._experiences(delivery, outcome)
+                if self._publish(exp)]
+        if sent:
+            self._account(sent, time.time() - started, len(deliveries))
+        # commit() flushes the producer first: every experience (and dead letter) of the batch is
+        # acknowledged before the offsets move past its tasks.
+        self.consumer.commit(next_offsets(deliveries))
+        self.stats.tasks += len(deliveries)
+
+    def _experiences(self, delivery: Delivery[Task], outcome: Outcome) -> list[Experience]:
+        """A task's experiences, or none after dead-lettering a task that failed (it does not stop the group)."""
+        task = delivery.record
+        try:
+            if isinstance(outcome, Exception):
+                raise outcome
+            return to_experiences(task, outcome, policy_version=self.admission.held, worker=self.name)
+        except Exception as e:  # a bad task or a failing plugin
+            log.error("%s: task %s failed", self.name, task.task_id, exc_info=e)
             self.stats.failed_tasks += 1
             self.producer.reject(self.topics.rejected, stage="rollout", reason="workflow_error",
                                  detail=f"{type(e).__name__}: {e}", original=encode(task), key=delivery.key,
                                  source_topic=delivery.topic, partition=delivery.partition,
                                  offset=delivery.offset, record_id=task.task_id)
-        else:
-            sent = [exp for exp in experiences if self._publish(exp)]
-            if sent:
-                self._account(sent, time.time() - started)
-        # commit() flushes the producer first: the experiences are acknowledged before the offset moves.
-        self.consumer.commit({(delivery.topic, delivery.partition): delivery.offset + 1})
-        self.stats.tasks += 1
+            return []
 
     def _publish(self, exp: Experience) -> bool:
         """Send one experience; one larger than any reader accepts goes to the rejected topic instead
@@ -160,7 +190,7 @@ class RolloutWorker:
         self.producer.send_bytes(self.topics.raw, data, key=exp.group_id)
         return True
 
-    def _account(self, experiences: list, seconds: float) -> None:
+    def _account(self, experiences: list, seconds: float, tasks: int) -> None:
         tokens = sum(e.num_response_tokens for e in experiences)
         self.stats.experiences += len(experiences)
         self.stats.tokens += tokens
@@ -168,5 +198,14 @@ class RolloutWorker:
         rewards = [e.reward for e in experiences]
         metric = MetricEvent(component=self.name, step=self.admission.held, values={
             "tokens_per_s": tokens / max(seconds, 1e-9), "reward_mean": sum(rewards) / len(rewards),
-            "policy_version": float(self.admission.held), "trainer_version": float(self.admission.latest)})
+            "policy_version": float(self.admission.held), "trainer_version": float(self.admission.latest),
+            "batch_tasks": float(tasks)})
         self.producer.send(self.topics.metrics, metric, key=self.name)
+
+
+def next_offsets(deliveries: list[Delivery[Task]]) -> dict[tuple[str, int], int]:
+    """What to commit after a batch: per partition, the offset after its last task."""
+    offsets: dict[tuple[str, int], int] = {}
+    for d in deliveries:
+        offsets[(d.topic, d.partition)] = max(d.offset + 1, offsets.get((d.topic, d.partition), 0))
+    return offsets

@@ -120,6 +120,15 @@ class RecordConsumer(Generic[R]):
                 out.append(Delivery(record, tp.topic, tp.partition, m.offset, m.key, m.timestamp))
         return out
 
+    def give_back(self, deliveries: list[Delivery[Any]]) -> None:
+        """Return fetched records not worked on: the next poll reads them again (each partition goes back
+        to its earliest one given). Nothing is committed; only what follows them in a partition is re-read."""
+        first: dict[Partition, int] = {}
+        for d in deliveries:
+            first[(d.topic, d.partition)] = min(d.offset, first.get((d.topic, d.partition), d.offset))
+        for (topic, partition), offset in first.items():
+            self._consumer.seek(TopicPartition(topic, partition), offset)
+
     def poll_messages(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[Message]:
         """Fetch without decoding: nothing is validated, nothing dead-lettered (`undertow tail`)."""
         batches = self._consumer.poll(timeout_ms=timeout_ms, max_records=max_records)

@@ -1,10 +1,12 @@
-"""Single turn: prompt → response → reward, for each sample of the group."""
+"""Single turn: prompt → response → reward, for each sample of the group; many tasks in one engine call."""
 
 from __future__ import annotations
 
 from schemas import Task
 
+from rollout.engines.base import Sample
 from rollout.workflows.base import Trajectory, WorkflowContext, prompt_tokens, workflow
+from rollout.workflows.batch import Outcome, batched, one_by_one
 
 
 @workflow("single_turn")
@@ -12,6 +14,35 @@ def single_turn(task: Task, ctx: WorkflowContext) -> list[Trajectory]:
     """`task.group_size` samples of one prompt, generated in one batch and each scored by the reward."""
     text, tokens = prompt_tokens(task, ctx)
     samples = ctx.engine.generate([tokens], task.group_size, ctx.sampling)[0]
+    return _scored(task, ctx, text, tokens, samples)
+
+
+@batched(single_turn)
+def single_turn_batch(tasks: list[Task], ctx: WorkflowContext) -> list[Outcome]:
+    """Every task's prompt in one engine call (one per distinct group size), then each task scored alone."""
+    outcomes: dict[int, Outcome] = {}
+    prompts: dict[int, tuple[str, list[int]]] = {}
+    for i, task in enumerate(tasks):
+        try:
+            prompts[i] = prompt_tokens(task, ctx)
+        except Exception as e:  # e.g. messages the chat template refuses: that task only
+            outcomes[i] = e
+    for n in sorted({tasks[i].group_size for i in prompts}):
+        same = [i for i in prompts if tasks[i].group_size == n]
+        try:
+            groups = ctx.engine.generate([prompts[i][1] for i in same], n, ctx.sampling)
+        except Exception:  # one prompt the engine refuses (too long…) must not fail the others
+            outcomes.update(zip(same, one_by_one(single_turn, [tasks[i] for i in same], ctx)))
+            continue
+        for i, samples in zip(same, groups):
+            try:
+                outcomes[i] = _scored(tasks[i], ctx, *prompts[i], samples)
+            except Exception as e:  # a reward that fails on this task
+                outcomes[i] = e
+    return [outcomes[i] for i in range(len(tasks))]
+
+
+def _scored(task: Task, ctx: WorkflowContext, text: str, tokens: list[int], samples: list[Sample]) -> list[Trajectory]:
     return [
         Trajectory(prompt_text=text, prompt_tokens=tokens, response_text=s.text, response_tokens=s.tokens,
                    logprobs=s.logprobs, loss_mask=[1] * len(s.tokens), finish_reason=s.finish_reason,

@@ -79,7 +79,7 @@ def test_worker_publishes_experiences_and_hot_swaps_weights(kafka, namespace, co
     refused = [r for r in read_all(kafka, topics.rejected, Rejected) if r.stage == "weights"]
     assert len(refused) == 1 and refused[0].reason == "checksum" and "sha256" in refused[0].detail
     assert refused[0].record_id == "policy@v2"
-    metrics = [m for m in read_all(kafka, topics.metrics) if m.component == "w0"]
+    metrics = [m for m in read_all(kafka, topics.metrics) if m.component == "w0" and "tokens_per_s" in m.values]
     assert len(metrics) == 3 and metrics[-1].values["policy_version"] == 1.0
 
 
@@ -138,3 +138,68 @@ def test_failing_workflow_dead_letters_the_task_and_goes_on(kafka, namespace, co
     rejected = read_all(kafka, topics.rejected, Rejected)
     assert {(r.stage, r.reason) for r in rejected} == {("rollout", "workflow_error"), ("rollout", "undecodable")}
     assert any("numbers" in r.detail for r in rejected)
+
+
+def spy_on_generate(worker: RolloutWorker) -> list[int]:
+    """The number of prompts of each engine call the worker makes."""
+    calls: list[int] = []
+    generate = worker.engine.generate
+
+    def counted(prompts, n, params):
+        calls.append(len(prompts))
+        return generate(prompts, n, params)
+
+    worker.engine.generate = counted
+    return calls
+
+
+def committed(kafka, topics, group) -> int:
+    """Tasks the rollout group has committed past, over all partitions."""
+    consumer = KafkaConsumer(**kafka.kafka_python(), group_id=group, enable_auto_commit=False)
+    try:
+        parts = [TopicPartition(topics.tasks, p) for p in consumer.partitions_for_topic(topics.tasks)]
+        return sum(consumer.committed(tp) or 0 for tp in parts)
+    finally:
+        consumer.close()
+
+
+def test_ready_tasks_are_generated_in_one_engine_call_and_all_committed(kafka, namespace, config_path):
+    config = load_run_config(config_path(rollout={**ROLLOUT, "batch_tasks": 4}), RolloutRunConfig)
+    topics = Topics(namespace)
+    with RecordProducer(kafka) as producer:
+        for i in range(6):
+            producer.send(topics.tasks, Task(task_id=f"b{i}", prompt=f"{i}+1=", answer=str(i + 1), group_size=2),
+                          key=f"b{i}")
+    worker = RolloutWorker(config, kafka, "w0")
+    calls = spy_on_generate(worker)
+    stats = worker.run(max_tasks=6)
+    assert stats.tasks == 6 and sum(calls) == 6
+    assert max(calls) == 4 and len(calls) <= 3  # task by task would be six calls of one prompt
+    exps = read_all(kafka, topics.raw, Experience)
+    assert sorted(e.experience_id for e in exps) == sorted(f"b{i}/{j}" for i in range(6) for j in range(2))
+    assert all(f"{e.task_id[1:]}+1=" in e.prompt_text for e in exps)
+    # Each task got its own samples back: their log-probs are those of its prompt followed by them.
+    recomputed = trainer_logprobs(ModelSpec(), exps, 1.0)
+    assert max(abs(a - b) for e, r in zip(exps, recomputed) for a, b in zip(e.behaviour_logprobs, r)) <= 1e-4
+    assert committed(kafka, topics, rollout_group(namespace)) == 6
+    batches = [m.values["batch_tasks"] for m in read_all(kafka, topics.metrics) if "batch_tasks" in m.values]
+    assert sum(batches) == 6 and max(batches) == 4
+
+
+def test_a_batch_is_cut_to_the_admission_budget_and_the_rest_read_again(kafka, namespace, config_path):
+    """Budget 5 experiences on v0, groups of 2: three tasks fit (a task is admitted while anything is
+    left), the fourth goes back to the consumer and comes in the next batch, once the budget renews."""
+    rollout = {**ROLLOUT, "batch_tasks": 8, "experiences_per_version": 5, "cap_wait_s": 1.0}
+    config = load_run_config(config_path(rollout=rollout), RolloutRunConfig)
+    topics = Topics(namespace)
+    with RecordProducer(kafka) as producer:
+        for i in range(4):  # one key: one partition, read in order
+            producer.send(topics.tasks, Task(task_id=f"c{i}", prompt=f"{i}+2=", answer=str(i + 2), group_size=2),
+                          key="same")
+    worker = RolloutWorker(config, kafka, "w0")
+    calls = spy_on_generate(worker)
+    stats = worker.run(max_tasks=4, idle_timeout=10)  # without the give-back the fourth task never comes
+    assert calls == [3, 1] and stats.tasks == 4 and stats.waits > 0
+    exps = read_all(kafka, topics.raw, Experience)
+    assert sorted(e.experience_id for e in exps) == sorted(f"c{i}/{j}" for i in range(4) for j in range(2))
+    assert committed(kafka, topics, rollout_group(namespace)) == 4
