@@ -167,7 +167,8 @@ class Run:
         sup.start("feeder", [*cli, "feed", str(path)])
         if self.config.run.archive:
             sup.start("archive", [*cli, "archive", str(path)])
-        if stage_config(self.raw, stage).eval.tasksets:  # a stage may switch the evaluation off or on
+        evaluation = stage_config(self.raw, stage).eval
+        if evaluation.tasksets:  # a stage may switch the evaluation off or on
             sup.start("eval", [*eval_command(path), "eval", str(path)])
         if self.config.watchers:
             sup.start("watch", [*cli, "watch", str(path)])
@@ -176,7 +177,8 @@ class Run:
         try:
             status, message = self._watch(sup, watch, recorder)
         finally:
-            sup.stop(STOP_ORDER)
+            # The evaluator scores the final weights after its SIGTERM: on a real model that takes minutes.
+            sup.stop(STOP_ORDER, timeouts={"eval": evaluation.stop_timeout_s})
             recorder.stop()
             events.close()
         return watch.outcome(status, time.time() - started, message)

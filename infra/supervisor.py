@@ -97,8 +97,10 @@ class Supervisor:
         """Children that are no longer running and not waiting to be restarted."""
         return [c for c in self.children if c.returncode is not None and not c.waiting]
 
-    def stop(self, names: list[str] | None = None, timeout: float = 60.0) -> None:
-        """SIGTERM the named children (all by default) in the given order, each waited for in turn."""
+    def stop(self, names: list[str] | None = None, timeout: float = 60.0,
+             timeouts: dict[str, float] | None = None) -> None:
+        """SIGTERM the named children (all by default) in the given order, each waited for in turn
+        (`timeouts[name]`, else `timeout` seconds) before it is killed."""
         chosen = [c for n in names for c in self.children if c.name == n] if names else list(self.children)
         for child in chosen:
             child.restart_at = None  # a stop wins over a pending restart
@@ -106,7 +108,7 @@ class Supervisor:
                 continue
             os.killpg(child.proc.pid, signal.SIGTERM)
             try:
-                child.proc.wait(timeout)
+                child.proc.wait((timeouts or {}).get(child.name, timeout))
             except subprocess.TimeoutExpired:
                 os.killpg(child.proc.pid, signal.SIGKILL)
                 child.proc.wait(10)

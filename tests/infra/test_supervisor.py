@@ -43,3 +43,17 @@ def test_a_restart_waiting_out_its_backoff_does_not_hold_up_the_others(tmp_path)
     assert slow.waiting and slow.returncode == 3  # still waiting: not relaunched early
     sup.stop()
     assert not slow.waiting
+
+
+def test_a_child_given_longer_to_stop_finishes_its_shutdown_work(tmp_path):
+    """The evaluator scores the last weights after SIGTERM: its own timeout, not the others' 60 s."""
+    sup = Supervisor(tmp_path)
+    done = tmp_path / "done"
+    script = (f"import signal, sys, time\ndef bye(*_):\n    time.sleep(1.5); open({str(done)!r}, 'w').write('x'); sys.exit(0)\n"
+              "signal.signal(signal.SIGTERM, bye)\nopen(sys.argv[1], 'w').write('up')\ntime.sleep(60)")
+    slow = sup.start("eval", [sys.executable, "-c", script, str(tmp_path / "up-eval")])
+    hasty = sup.start("other", [sys.executable, "-c", script, str(tmp_path / "up-other")])
+    wait_for(lambda: (tmp_path / "up-eval").exists() and (tmp_path / "up-other").exists())
+    sup.stop(["other", "eval"], timeout=0.3, timeouts={"eval": 30.0})
+    assert hasty.returncode == -signal.SIGKILL  # killed after 0.3 s, mid-shutdown
+    assert slow.returncode == 0 and done.read_text() == "x"
