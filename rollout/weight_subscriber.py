@@ -22,6 +22,14 @@ from rollout.weights import Assembled, Staged, WeightAssembler
 log = logging.getLogger(__name__)
 
 
+def newest_announcements(updates: list[WeightUpdate]) -> list[WeightUpdate]:
+    """`updates` without the files / broadcast announcements that a later one of the same model
+    supersedes: fetching them would be wasted (or fail, once the trainer collected their files).
+    Inline chunks all stay: a version is made of them."""
+    last = {u.model: i for i, u in enumerate(updates) if u.manifest is not None}
+    return [u for i, u in enumerate(updates) if u.manifest is None or last[u.model] == i]
+
+
 class WeightSubscriber(threading.Thread):
     """Reads the weights topic from its beginning (compacted: the newest announcement per model), so a
     new worker gets the latest. `join_broadcast: False` (side consumers such as the evaluator) waits
@@ -48,8 +56,8 @@ class WeightSubscriber(threading.Thread):
     def run(self) -> None:
         try:
             while not self._halt.is_set():
-                for delivery in self.consumer.poll(timeout_ms=200):
-                    self._handle(delivery.record)
+                for update in newest_announcements([d.record for d in self.consumer.poll(timeout_ms=200)]):
+                    self._handle(update)
                 if not self.caught_up.is_set() and self.consumer.reached(self._end):
                     self.caught_up.set()
         finally:

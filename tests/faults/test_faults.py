@@ -130,7 +130,7 @@ def check_transport(transport: str, cluster: LocalKafka, namespace: str, run_dir
     updates = read_all(kafka, Topics(namespace).weights, WeightUpdate)
     assert updates and all(u.data is None and u.transport in ("files", "broadcast") for u in updates)
     metrics = read_metrics(run_dir / "metrics.jsonl")
-    swapped = sorted({int(r["version"]) for r in metrics if "weight_swap_s" in r})
+    swapped = sorted({int(r["step"]) for r in metrics if "weight_swap_s" in r})
     print(f"{transport}: {len(swapped)} versions swapped in of {last}, pause "
           f"{max(r['weight_swap_s'] for r in metrics if 'weight_swap_s' in r):.3f} s at most")
     assert len(swapped) >= 0.5 * last and swapped[-1] >= last - 5

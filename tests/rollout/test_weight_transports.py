@@ -214,3 +214,17 @@ def test_a_vanished_trainer_is_a_broadcast_refusal(tmp_path):
     with pytest.raises(WeightIntegrityError, match="broadcast from .* failed") as e:
         receive_broadcast(update, 2, str(tmp_path))
     assert e.value.reason == "broadcast" and buckets
+
+
+def test_a_later_announcement_supersedes_earlier_ones_but_chunks_all_stay():
+    from rollout.weight_subscriber import newest_announcements
+    from schemas import chunk_weights
+
+    def files(version: int, model: str = "policy"):
+        return announce_buckets(model, version, manifest_of(to_buckets({"w": torch.zeros(2)}, 64)),
+                                transport="files", uri="file:///w")
+
+    chunks = chunk_weights("policy", 3, b"abcdefgh", 3)
+    v1, v2, other, v4 = files(1), files(2), files(1, "other"), files(4)
+    updates = [v1, chunks[0], v2, other, chunks[1], v4, chunks[2]]
+    assert newest_announcements(updates) == [chunks[0], other, chunks[1], v4, chunks[2]]
