@@ -189,7 +189,6 @@ class BroadcastPublisher:
         self.last: int | None = None  # the version broadcast before
         self.rounds: list[dict[str, Any]] = []  # what each version's broadcast did (tests, metrics)
         self._next: tuple[int, list[bytes]] | None = None
-        self._busy = False
         self._cond = threading.Condition()
         self._closing = False
         self._thread = threading.Thread(target=self._serve, name="weights-broadcast", daemon=True)
