@@ -228,3 +228,25 @@ def test_a_later_announcement_supersedes_earlier_ones_but_chunks_all_stay():
     v1, v2, other, v4 = files(1), files(2), files(1, "other"), files(4)
     updates = [v1, chunks[0], v2, other, chunks[1], v4, chunks[2]]
     assert newest_announcements(updates) == [chunks[0], other, chunks[1], v4, chunks[2]]
+
+
+def test_an_adapter_travels_as_one_bucket_and_is_applied_over_the_base(tmp_path):
+    from kernel.models.adapters import LoraShape, adapter_tensors, wrap_lora
+
+    policy = wrap_lora(build_model(ModelSpec()), LoraShape(rank=2, alpha=4.0))
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.fill_(0.05)  # B = 0 would change nothing
+    config = WeightsConfig(transport="files", uri=str(tmp_path / "weights"), bucket_bytes=64)
+    publisher = FilesPublisher("policy", config, producer=None, topics=None, payload="adapter", settings=None)
+    manifest = publisher.write(1, publisher.pack(*adapter_tensors(policy)))
+    assert len(manifest) == 1  # however small bucket_bytes: peft applies an adapter whole
+    update = announce_buckets("policy", 1, manifest, transport="files", uri=publisher.version_uri(1),
+                              payload="adapter")
+    engine = build_engine("transformers", ModelSpec())
+    fetch_files(update, str(tmp_path)).load_into(engine)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        assert torch.allclose(engine.model(ids).logits, policy(ids).logits, atol=1e-6)
+        assert not torch.allclose(engine.model(ids).logits, build_model(ModelSpec())(ids).logits, atol=1e-3)
