@@ -179,7 +179,7 @@ class LocalKafka:
 
     def wait_ready(self, timeout: float) -> None:
         """Block until every running node answers metadata requests and sees all running peers."""
-        from kafka import KafkaAdminClient
+        from streams.admin import serving_brokers
 
         deadline = time.monotonic() + timeout
         want = set(self.running_nodes())
@@ -192,12 +192,7 @@ class LocalKafka:
                                    f"{self.data_dir}/node-*/server.log\n{logs}")
             try:
                 # A short reconnect backoff: kafka-python's grows to 30 s while the port is still closed.
-                admin = KafkaAdminClient(**self.settings().kafka_python(), request_timeout_ms=5000,
-                                         reconnect_backoff_max_ms=500)
-                try:
-                    seen = {b["broker_id"] for b in admin.describe_cluster()["brokers"] if not b.get("is_fenced")}
-                finally:
-                    admin.close()
+                seen = serving_brokers(self.settings(), request_timeout_ms=5000, reconnect_backoff_max_ms=500)
                 if want <= seen:
                     return
                 last_error = RuntimeError(f"brokers registered {sorted(seen)}, waiting for {sorted(want)}")

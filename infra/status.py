@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kafka import KafkaConsumer, TopicPartition
-
 from schemas import DecodeError, WeightUpdate, decode
-from streams import KafkaSettings, Topics, connect, list_topics
-from streams.admin import admin_client
+from streams import KafkaSettings, Topics, list_topics
+from streams.admin import committed_offsets, topic_offsets
+from streams.consumer import read_messages
 
 
 @dataclass
@@ -33,46 +32,33 @@ class NamespaceStatus:
 def namespace_status(kafka: KafkaSettings, namespace: str) -> NamespaceStatus:
     """Record counts per topic, lag per consumer group and topic, and the latest policy version."""
     topics = list_topics(kafka, namespace)
-    consumer = connect(KafkaConsumer, kafka)
-    try:
-        parts = {t: [TopicPartition(t, p) for p in consumer.partitions_for_topic(t) or ()] for t in topics}
-        every = [tp for tps in parts.values() for tp in tps]
-        ends, starts = consumer.end_offsets(every), consumer.beginning_offsets(every)
-        records = {t: sum(ends[tp] - starts[tp] for tp in tps) for t, tps in parts.items()}
-        groups = _group_lags(kafka, set(topics), ends)
-        version = _latest_version(consumer, Topics(namespace).weights, parts.get(Topics(namespace).weights, []), ends)
-    finally:
-        consumer.close()
-    return NamespaceStatus(records, groups, version)
+    starts, ends = topic_offsets(kafka, topics)
+    records = dict.fromkeys(topics, 0)
+    for p, end in ends.items():
+        records[p[0]] += end - starts[p]
+    return NamespaceStatus(records, _group_lags(kafka, ends), _latest_version(kafka, Topics(namespace).weights, topics))
 
 
-def _group_lags(kafka: KafkaSettings, topics: set[str], ends: dict[TopicPartition, int]) -> list[GroupLag]:
-    with admin_client(kafka) as admin:
-        group_ids = sorted({g["group_id"] if isinstance(g, dict) else g[0] for g in admin.list_groups()})
-        out: list[GroupLag] = []
-        for gid in group_ids:
-            offsets = admin.list_group_offsets({gid: None}).get(gid, {})
-            per_topic: dict[str, list[tuple[int, int]]] = {}
-            for tp, meta in offsets.items():
-                if tp.topic in topics and meta.offset >= 0:
-                    per_topic.setdefault(tp.topic, []).append((meta.offset, ends.get(tp, meta.offset)))
-            out += [GroupLag(gid, t, sum(c for c, _ in v), sum(e for _, e in v)) for t, v in sorted(per_topic.items())]
+def _group_lags(kafka: KafkaSettings, ends: dict[tuple[str, int], int]) -> list[GroupLag]:
+    """Per group and topic of the namespace: what the group committed and the topic's end, summed."""
+    out: list[GroupLag] = []
+    for group, committed in committed_offsets(kafka).items():
+        per_topic: dict[str, list[tuple[int, int]]] = {}
+        for p, offset in committed.items():
+            if p in ends:
+                per_topic.setdefault(p[0], []).append((offset, ends[p]))
+        out += [GroupLag(group, t, sum(c for c, _ in v), sum(e for _, e in v)) for t, v in sorted(per_topic.items())]
     return out
 
 
-def _latest_version(consumer: KafkaConsumer, topic: str, parts: list[TopicPartition],
-                    ends: dict[TopicPartition, int]) -> int | None:
+def _latest_version(kafka: KafkaSettings, topic: str, topics: list[str]) -> int | None:
     """The version of the newest WeightUpdate (reads the last few records of each partition)."""
-    if not parts:
+    if topic not in topics:
         return None
-    consumer.assign(parts)
-    for tp in parts:
-        consumer.seek(tp, max(0, ends[tp] - 8))
     versions = []
-    for batch in consumer.poll(timeout_ms=3000).values():
-        for m in batch:
-            try:
-                versions.append(decode(m.value, expect=WeightUpdate).version)
-            except DecodeError:
-                continue
+    for m in read_messages(kafka, topic, last=8):
+        try:
+            versions.append(decode(m.value, expect=WeightUpdate).version)
+        except DecodeError:
+            continue
     return max(versions, default=None)

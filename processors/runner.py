@@ -16,13 +16,12 @@ import time
 from typing import Any
 
 import faust
-from aiokafka.errors import KafkaError
 
 from schemas import Experience, MetricEvent, encode
 from streams import KafkaSettings, Topics
 from streams.admin import cluster_size, partition_count
 from streams.faust import (DeliveryWatch, InOrder, RecordIO, TableStore, Watchdog, booked_consumer, create_app,
-                           in_order, next_offsets, track_output_topics)
+                           in_order, reread_stuck, track_output_topics)
 from streams.topics import MAX_MESSAGE_BYTES
 from processors.config import ProcessorsConfig
 from processors.groups import Arrival
@@ -103,18 +102,7 @@ def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worke
 
     @app.timer(5.0)  # asks the broker for end offsets: that can take a second on a busy machine
     async def check_deliveries() -> None:
-        consumer = app.consumer
-        # A rebalance, table recovery included, may keep the streams waiting as long as it needs.
-        raw = [] if app.rebalancing else [tp for tp in consumer.assignment() if tp.topic == topics.raw]
-        try:
-            end = await consumer.highwaters(*raw) if raw else {}
-            expected = await next_offsets(consumer, books, raw)
-        except KafkaError as exc:  # a broker away for a moment: look again next time
-            log.info("end offsets unavailable: %r", exc)
-            return
-        for tp, why in watch.stuck(end, expected, time.monotonic()):
-            log.warning("%s: %s; reading it again from %d", tp, why, expected[tp])
-            await consumer.seek(tp, expected[tp])
+        await reread_stuck(app, books, topics.raw, watch, log)
 
     @app.timer(cfg.metrics_every_s)
     async def report() -> None:

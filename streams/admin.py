@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
@@ -16,6 +16,7 @@ from streams.settings import KafkaSettings
 from streams.topics import Topics
 
 CREATE_ATTEMPTS = 5
+Offsets = dict[tuple[str, int], int]  # per (topic, partition), as streams.consumer's
 
 
 @dataclass
@@ -30,8 +31,8 @@ class TopicInfo:
 
 
 @contextmanager
-def admin_client(settings: KafkaSettings) -> Iterator[KafkaAdminClient]:
-    admin = connect(KafkaAdminClient, settings, request_timeout_ms=30000)
+def admin_client(settings: KafkaSettings, **overrides: Any) -> Iterator[KafkaAdminClient]:
+    admin = connect(KafkaAdminClient, settings, **{"request_timeout_ms": 30000, **overrides})
     try:
         yield admin
     finally:
@@ -42,6 +43,22 @@ def cluster_size(settings: KafkaSettings) -> int:
     """Number of live brokers."""
     with admin_client(settings) as admin:
         return len(admin.describe_cluster()["brokers"])
+
+
+def serving_brokers(settings: KafkaSettings, **overrides: Any) -> set[int]:
+    """Ids of the brokers the cluster lists and has not fenced (a starting node is fenced until it
+    caught up). `overrides` go to the admin client (a starting cluster wants short timeouts)."""
+    with admin_client(settings, **overrides) as admin:
+        return {b["broker_id"] for b in admin.describe_cluster()["brokers"] if not b.get("is_fenced")}
+
+
+def committed_offsets(settings: KafkaSettings) -> dict[str, Offsets]:
+    """Every consumer group's committed offsets (the next to read), per (topic, partition)."""
+    with admin_client(settings) as admin:
+        groups = sorted({g["group_id"] if isinstance(g, dict) else g[0] for g in admin.list_groups()})
+        return {g: {(tp.topic, tp.partition): meta.offset
+                    for tp, meta in admin.list_group_offsets({g: None}).get(g, {}).items() if meta.offset >= 0}
+                for g in groups}
 
 
 class TopicNotFound(RuntimeError):
@@ -135,13 +152,21 @@ def describe_topics(settings: KafkaSettings, names: list[str]) -> list[TopicInfo
 
 def record_counts(settings: KafkaSettings, names: list[str]) -> dict[str, int]:
     """Records currently held per topic (end minus beginning offsets, all partitions)."""
+    starts, ends = topic_offsets(settings, names)
+    out = dict.fromkeys(names, 0)
+    for (topic, partition), end in ends.items():
+        out[topic] += end - starts[(topic, partition)]
+    return out
+
+
+def topic_offsets(settings: KafkaSettings, names: list[str]) -> tuple[Offsets, Offsets]:
+    """(beginning, end) offsets of every partition of each named topic, per (topic, partition); a
+    topic that does not exist has none."""
     consumer = connect(KafkaConsumer, settings)
     try:
-        out = {}
-        for name in names:
-            parts = [TopicPartition(name, p) for p in consumer.partitions_for_topic(name) or ()]
-            ends, starts = consumer.end_offsets(parts), consumer.beginning_offsets(parts)
-            out[name] = sum(ends[tp] - starts[tp] for tp in parts)
-        return out
+        parts = [TopicPartition(n, p) for n in names for p in consumer.partitions_for_topic(n) or ()]
+        starts, ends = consumer.beginning_offsets(parts), consumer.end_offsets(parts)
+        return ({(tp.topic, tp.partition): o for tp, o in starts.items()},
+                {(tp.topic, tp.partition): o for tp, o in ends.items()})
     finally:
         consumer.close()

@@ -16,14 +16,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from kernel.progress import Bar
 
 from schemas import DecodeError, Rejected, WeightUpdate, decode, record_types
 from streams.archive_store import ArchivedMessage, ArchiveStore
-from streams.connect import connect
+from streams.consumer import Partition, RecordConsumer
 from streams.settings import KafkaSettings
 from streams.topics import CATALOG
 
@@ -96,28 +95,20 @@ class Archiver:
         self.cfg, self.namespace = cfg, namespace
         self.store = ArchiveStore(cfg.root, namespace)
         self.suffix_of = {f"{namespace}.{s}": s for s in cfg.topics}
-        self.consumer = connect(KafkaConsumer, kafka, group_id=cfg.consumer_group, enable_auto_commit=False,
-                                max_partition_fetch_bytes=32 << 20, fetch_max_bytes=64 << 20)
-        self.buffers: dict[TopicPartition, _Buffer] = {}
+        # Its group only records positions (for `undertow status`): it reads undecoded, dead-letters nothing.
+        self.consumer = RecordConsumer(kafka, [], group_id=cfg.consumer_group)
+        self.buffers: dict[Partition, _Buffer] = {}
         self.stats = ArchiveStats()
         self.bar = Bar()  # advanced by the rows of each flush
         self._assign()
 
     def _assign(self) -> None:
-        parts = []
-        for topic, suffix in self.suffix_of.items():
-            partitions = self.consumer.partitions_for_topic(topic)
-            if not partitions:
-                raise RuntimeError(f"topic {topic} not found: run `undertow topics create -n {self.namespace}`")
-            resume = self.store.recover(suffix)
-            parts += [(TopicPartition(topic, p), resume.get(p)) for p in sorted(partitions)]
-        self.consumer.assign([tp for tp, _ in parts])
-        for tp, offset in parts:
-            if offset is None:
-                self.consumer.seek_to_beginning(tp)
-                offset = self.consumer.position(tp)
-            self.consumer.seek(tp, offset)
-            self.buffers[tp] = _Buffer(first=offset)
+        """Each partition from where its files end, else from its first record (never the group's commit)."""
+        firsts = self.consumer.assign(self.suffix_of, "earliest")  # a missing topic: TopicNotFound
+        resume = {(topic, p): o for topic, suffix in self.suffix_of.items()
+                  for p, o in self.store.recover(suffix).items()}
+        starts = self.consumer.assign(self.suffix_of, {**firsts, **resume})
+        self.buffers = {p: _Buffer(first=offset) for p, offset in starts.items()}
 
     def run(self, should_stop: Callable[[], bool], max_records: int | None = None,
             idle_timeout_s: float | None = None, bar: Bar | None = None) -> ArchiveStats:
@@ -145,35 +136,32 @@ class Archiver:
         return sum(len(b.messages) for b in self.buffers.values())
 
     def _poll(self, limit: int | None) -> int:
-        batches = self.consumer.poll(timeout_ms=self.cfg.poll_timeout_ms, max_records=limit)
-        count = 0
-        for tp, messages in batches.items():
-            buffer = self.buffers[tp]
-            on_rejected_topic = self.suffix_of[tp.topic] == "experiences.rejected"
-            for m in messages:
-                row = archived(m.value or b"", tp.topic, tp.partition, m.offset, m.timestamp, m.key)
-                self.stats.undecodable += isinstance(row.record, Rejected) and not on_rejected_topic
-                buffer.messages.append(row)
-            count += len(messages)
-        return count
+        messages = self.consumer.poll_messages(timeout_ms=self.cfg.poll_timeout_ms, max_records=limit)
+        for m in messages:
+            row = archived(m.value, m.topic, m.partition, m.offset, m.timestamp_ms, m.key)
+            on_rejected_topic = self.suffix_of[m.topic] == "experiences.rejected"
+            self.stats.undecodable += isinstance(row.record, Rejected) and not on_rejected_topic
+            self.buffers[(m.topic, m.partition)].messages.append(row)
+        return len(messages)
 
     def flush(self) -> None:
         """Write every partition's buffered range, then commit the positions to the consumer group."""
         commits = {}
-        for tp, buffer in self.buffers.items():
-            end = self.consumer.position(tp)  # next offset: the range ends just before it
+        positions = self.consumer.positions()
+        for (topic, partition), buffer in self.buffers.items():
+            end = positions[(topic, partition)]  # next offset: the range ends just before it
             if not buffer.messages:
                 # Nothing decodable consumed (or nothing at all): the range starts at the position.
                 buffer.first = end if end is not None else buffer.first
                 continue
-            suffix = self.suffix_of[tp.topic]
+            suffix = self.suffix_of[topic]
             last = max(end - 1, buffer.messages[-1].offset)
-            paths = self.store.write_range(suffix, tp.topic, tp.partition, buffer.first, last, buffer.messages)
+            paths = self.store.write_range(suffix, topic, partition, buffer.first, last, buffer.messages)
             self.stats.files += len(paths)
             self.stats.rows += len(buffer.messages)
             self.stats.rows_by_topic[suffix] = self.stats.rows_by_topic.get(suffix, 0) + len(buffer.messages)
             self.bar.advance(len(buffer.messages))
-            self.buffers[tp] = _Buffer(first=last + 1)
-            commits[tp] = OffsetAndMetadata(last + 1, "", -1)
+            self.buffers[(topic, partition)] = _Buffer(first=last + 1)
+            commits[(topic, partition)] = last + 1
         if commits:
             self.consumer.commit(commits)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generic, Iterator, Literal, Mapping, TypeVar
+from typing import Any, Generic, Iterable, Iterator, Literal, Mapping, TypeVar
 
 from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 
-from schemas import DecodeError, Record, decode
+from schemas import DecodeError, Record, decode, record_types
 from streams.admin import topic_partitions
 from streams.connect import connect
 from streams.producer import RecordProducer
@@ -52,11 +52,12 @@ class RecordConsumer(Generic[R]):
     Offsets are never committed automatically: call `commit()` once the work covering the
     records returned so far is done (at-least-once). A message that does not decode as one of
     `expect` is sent to `rejected_topic` with stage, reason and the original bytes, and consumption
-    goes on; `commit()` flushes those dead letters before it moves the offsets past them.
+    goes on; `commit()` flushes those dead letters before it moves the offsets past them. Without a
+    `rejected_topic` (readers of `poll_messages`, which decode nothing) a bad record raises instead.
     """
 
     def __init__(self, settings: KafkaSettings, topics: list[str], *, group_id: str | None,
-                 expect: type[R] | tuple[type[Record], ...], rejected_topic: str,
+                 expect: type[R] | tuple[type[Record], ...] | None = None, rejected_topic: str | None = None,
                  producer: RecordProducer | None = None, stage: str = "decode", **overrides: Any):
         # A crashed member's partitions move to the others after 10 s (kafka-python's default is 45 s).
         kw = dict(group_id=group_id, enable_auto_commit=False, auto_offset_reset="earliest",
@@ -64,15 +65,17 @@ class RecordConsumer(Generic[R]):
                   session_timeout_ms=10_000, heartbeat_interval_ms=3_000)
         kw.update(overrides)
         self._consumer = connect(KafkaConsumer, settings, *topics, **kw)
-        self._owns_producer = producer is None
-        self._producer = producer or RecordProducer(settings)
-        self.expect, self.rejected_topic, self.stage = expect, rejected_topic, stage
+        # Made at the first dead letter: a reader that never meets one opens no producer connection.
+        self._settings, self._owns_producer, self._producer = settings, producer is None, producer
+        self.expect = tuple(record_types().values()) if expect is None else expect
+        self.rejected_topic, self.stage = rejected_topic, stage
         self.rejected = 0
 
-    def assign(self, topic: str, start: Start = "committed") -> Offsets:
-        """Read every partition of `topic` (and nothing else, no group rebalancing) from `start`;
+    def assign(self, topics: str | Iterable[str], start: Start = "committed") -> Offsets:
+        """Read every partition of `topics` (and nothing else, no group rebalancing) from `start`;
         returns the offset each partition starts at. A missing topic raises TopicNotFound."""
-        parts = topic_partitions(self._consumer, topic)
+        names = [topics] if isinstance(topics, str) else list(topics)
+        parts = [tp for topic in names for tp in topic_partitions(self._consumer, topic)]
         self._consumer.assign(parts)
         offsets = self._start_offsets(parts, start)
         for tp in parts:
@@ -83,16 +86,20 @@ class RecordConsumer(Generic[R]):
         """The offset after the last record of each assigned partition, now."""
         return _keyed(self._consumer.end_offsets(list(self._consumer.assignment())))
 
+    def positions(self) -> Offsets:
+        """The next offset this consumer reads of each assigned partition."""
+        return {(tp.topic, tp.partition): self._consumer.position(tp) for tp in self._consumer.assignment()}
+
     def reached(self, offsets: Offsets) -> bool:
         """Whether this consumer has read up to `offsets` (e.g. the end offsets of when it started)."""
         return all(self._consumer.position(TopicPartition(*p)) >= o for p, o in offsets.items())
 
-    def pause(self) -> None:
-        """Fetch nothing from the assigned partitions until `resume()`."""
-        self._consumer.pause(*self._consumer.assignment())
+    def pause(self, partitions: Iterable[Partition] | None = None) -> None:
+        """Fetch nothing from `partitions` (default: every assigned one) until `resume()`."""
+        self._consumer.pause(*self._partitions(partitions))
 
-    def resume(self) -> None:
-        self._consumer.resume(*self._consumer.assignment())
+    def resume(self, partitions: Iterable[Partition] | None = None) -> None:
+        self._consumer.resume(*self._partitions(partitions))
 
     def idle(self, seconds: float) -> None:
         """Take no record for `seconds` but stay a live member of the group (a consumer that stops
@@ -142,7 +149,8 @@ class RecordConsumer(Generic[R]):
 
     def commit(self, offsets: Mapping[Partition, int] | None = None) -> None:
         """Commit `offsets` (next offset to read, per (topic, partition)) or the current positions."""
-        self._producer.flush()
+        if self._producer is not None:
+            self._producer.flush()
         if offsets is None:
             self._consumer.commit()
         else:
@@ -150,7 +158,7 @@ class RecordConsumer(Generic[R]):
 
     def close(self) -> None:
         self._consumer.close()
-        if self._owns_producer:
+        if self._owns_producer and self._producer is not None:
             self._producer.close()
 
     def __enter__(self) -> "RecordConsumer[R]":
@@ -158,6 +166,11 @@ class RecordConsumer(Generic[R]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _partitions(self, partitions: Iterable[Partition] | None) -> list[TopicPartition]:
+        if partitions is None:
+            return list(self._consumer.assignment())
+        return [TopicPartition(*p) for p in partitions]
 
     def _start_offsets(self, parts: list[TopicPartition], start: Start) -> Offsets:
         if isinstance(start, str) and start not in ("earliest", "latest", "committed"):
@@ -176,7 +189,11 @@ class RecordConsumer(Generic[R]):
         return otherwise if committed is None else committed
 
     def _dead_letter(self, m: Any, error: DecodeError) -> None:
+        if self.rejected_topic is None:
+            raise error
         self.rejected += 1
+        if self._producer is None:
+            self._producer = RecordProducer(self._settings)
         self._producer.reject(self.rejected_topic, stage=self.stage, reason=error.reason, detail=error.detail,
                               original=m.value or b"", key=m.key, source_topic=m.topic, partition=m.partition,
                               offset=m.offset, record_id=error.record_id)
@@ -202,21 +219,26 @@ class GroupLag:
         self._consumer.close()
 
 
-def read_to_end(settings: KafkaSettings, topic: str) -> Iterator[bytes | None]:
-    """The value of every message on `topic` from its beginning to its end offsets of now, partition
-    by partition in offset order: a topic read whole once (audits, tests, a resuming feeder)."""
-    consumer = connect(KafkaConsumer, settings, enable_auto_commit=False, fetch_max_bytes=64 << 20,
-                       max_partition_fetch_bytes=32 << 20)
-    try:
-        parts = topic_partitions(consumer, topic)
-        consumer.assign(parts)
-        consumer.seek_to_beginning(*parts)
-        ends = consumer.end_offsets(parts)
-        while any(consumer.position(tp) < ends[tp] for tp in parts):
-            for tp, messages in consumer.poll(timeout_ms=500).items():
-                yield from (m.value for m in messages if m.offset < ends[tp])
-    finally:
-        consumer.close()
+def read_messages(settings: KafkaSettings, topic: str, last: int | None = None) -> Iterator[Message]:
+    """Every message on `topic` (or the `last` of each partition) up to its end offsets of now, each
+    partition in offset order: a topic read once, undecoded (audits, history views, status)."""
+    with RecordConsumer(settings, [], group_id=None) as consumer:
+        firsts = consumer.assign(topic, "earliest")
+        ends = consumer.end_offsets()
+        if last is not None:
+            consumer.assign(topic, {p: max(firsts[p], ends[p] - last) for p in ends})
+        while not consumer.reached(ends):
+            for m in consumer.poll_messages(timeout_ms=500):
+                if m.offset < ends[(m.topic, m.partition)]:
+                    yield m
+            # What is written after the start is not this read's: stop fetching partitions that are done.
+            consumer.pause(p for p, o in consumer.positions().items() if o >= ends[p])
+
+
+def read_to_end(settings: KafkaSettings, topic: str) -> Iterator[bytes]:
+    """The value of every message on `topic` from its beginning to its end offsets of now: a topic
+    read whole once (audits, tests, a resuming feeder)."""
+    return (m.value for m in read_messages(settings, topic))
 
 
 def _keyed(offsets: Mapping[TopicPartition, int]) -> Offsets:

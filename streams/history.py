@@ -15,11 +15,9 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
-from kafka import KafkaConsumer, TopicPartition
-
 from streams.archive import archived
 from streams.archive_store import ArchivedMessage, ArchiveStore, archive_table, open_filesystem, table_schema
-from streams.connect import connect
+from streams.consumer import read_messages
 from streams.settings import KafkaSettings
 
 
@@ -106,33 +104,10 @@ class KindTable:
     table: pa.Table
 
 
-def read_topic(kafka: KafkaSettings, topic: str, namespace: str, last: int | None = None,
-               start: dict[int, int] | None = None, end: dict[int, int] | None = None) -> list[KindTable]:
-    """Messages of a live topic as archive rows, per kind: all, the `last` per partition, or [start, end)."""
-    consumer = connect(KafkaConsumer, kafka, enable_auto_commit=False,
-                       max_partition_fetch_bytes=32 << 20, fetch_max_bytes=64 << 20)
-    try:
-        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
-        if not parts:
-            raise ValueError(f"topic {topic} not found")
-        consumer.assign(parts)
-        firsts, ends = consumer.beginning_offsets(parts), consumer.end_offsets(parts)
-        bounds = {}
-        for tp in parts:
-            lo = max(firsts[tp], ends[tp] - last) if last is not None else firsts[tp]
-            lo = max(lo, (start or {}).get(tp.partition, lo))
-            hi = min(ends[tp], (end or {}).get(tp.partition, ends[tp]))
-            consumer.seek(tp, lo)
-            bounds[tp] = hi
-        by_kind: dict[str, list[ArchivedMessage]] = defaultdict(list)
-        while any(consumer.position(tp) < hi for tp, hi in bounds.items()):
-            for tp, messages in consumer.poll(timeout_ms=1000).items():
-                for m in messages:
-                    if m.offset < bounds[tp]:
-                        a = archived(m.value or b"", topic, tp.partition, m.offset, m.timestamp, m.key)
-                        by_kind[a.record.kind].append(a)
-                if consumer.position(tp) >= bounds[tp]:
-                    consumer.pause(tp)
-        return [KindTable(kind, archive_table(msgs, topic, namespace)) for kind, msgs in sorted(by_kind.items())]
-    finally:
-        consumer.close()
+def read_topic(kafka: KafkaSettings, topic: str, namespace: str, last: int | None = None) -> list[KindTable]:
+    """Messages of a live topic as archive rows, per kind: all, or the `last` of each partition."""
+    by_kind: dict[str, list[ArchivedMessage]] = defaultdict(list)
+    for m in read_messages(kafka, topic, last):
+        a = archived(m.value, topic, m.partition, m.offset, m.timestamp_ms, m.key)
+        by_kind[a.record.kind].append(a)
+    return [KindTable(kind, archive_table(msgs, topic, namespace)) for kind, msgs in sorted(by_kind.items())]

@@ -2,16 +2,16 @@
 
 `create_app` and `RecordIO` (app.py) make apps and read and write records; `TableStore` (tables.py)
 keeps keyed state in a changelogged table; `InOrder` and `booked_consumer` (books.py) hand each
-record to an agent once and in offset order and commit only what was published; `DeliveryWatch`
-(delivery.py) finds partitions a worker stopped serving; `Watchdog` (watchdog.py) exits a wedged
-worker to be restarted. Imported only by Faust workers: a rollout worker imports nothing of Faust.
+record to an agent once and in offset order, commit only what was published, and seek back the
+partitions that `DeliveryWatch` (delivery.py) finds a worker stopped serving (`reread_stuck`);
+`Watchdog` (watchdog.py) exits a wedged worker to be restarted. Imported only by Faust workers: a rollout worker imports nothing of Faust.
 """
 
 from streams.faust.app import RecordIO, create_app, track_output_topics, track_topics
-from streams.faust.books import InOrder, Verdict, booked_consumer, in_order, next_offsets
+from streams.faust.books import InOrder, Verdict, booked_consumer, in_order, next_offsets, reread_stuck
 from streams.faust.delivery import DeliveryWatch
 from streams.faust.tables import TableStore
 from streams.faust.watchdog import STALLED, Watchdog
 
 __all__ = ["DeliveryWatch", "InOrder", "RecordIO", "STALLED", "TableStore", "Verdict", "Watchdog", "booked_consumer",
-           "create_app", "in_order", "next_offsets", "track_output_topics", "track_topics"]
+           "create_app", "in_order", "next_offsets", "reread_stuck", "track_output_topics", "track_topics"]

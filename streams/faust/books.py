@@ -18,9 +18,11 @@ Faust never hands to the streams, is the delivery watch's (streams/faust/deliver
 
 from __future__ import annotations
 
+import time
 from enum import Enum
 from typing import Any, AsyncIterator, Optional
 
+from aiokafka.errors import KafkaError
 from faust.transport.drivers.aiokafka import Consumer
 from faust.types import TP, Message
 
@@ -145,3 +147,19 @@ async def next_offsets(consumer: Any, books: InOrder, tps: list) -> dict:
     if unknown:
         out.update(await consumer.earliest_offsets(*unknown))
     return out
+
+
+async def reread_stuck(app: Any, books: InOrder, topic: str, watch: DeliveryWatch, log: Any) -> None:
+    """Seek each partition of `topic` that `watch` finds stuck back to the next offset to handle."""
+    consumer = app.consumer
+    # A rebalance, table recovery included, may keep the streams waiting as long as it needs.
+    parts = [] if app.rebalancing else [tp for tp in consumer.assignment() if tp.topic == topic]
+    try:
+        end = await consumer.highwaters(*parts) if parts else {}
+        expected = await next_offsets(consumer, books, parts)
+    except KafkaError as exc:  # a broker away for a moment: look again next time
+        log.info("end offsets unavailable: %r", exc)
+        return
+    for tp, why in watch.stuck(end, expected, time.monotonic()):
+        log.warning("%s: %s; reading it again from %d", tp, why, expected[tp])
+        await consumer.seek(tp, expected[tp])

@@ -1,5 +1,6 @@
-"""RecordConsumer's positioning API on the real broker: where `assign` starts each partition, end
-offsets, pause / resume / idle, and one error for a topic that does not exist."""
+"""RecordConsumer's positioning API on the real broker: where `assign` starts each partition (of one
+topic or several), end offsets, positions, pause / resume / idle, one error for a topic that does
+not exist, and `read_messages`, the undecoded read of a topic up to its end."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import time
 
 import pytest
 
-from schemas import MetricEvent
+from schemas import DecodeError, MetricEvent
 from streams import GroupLag, KafkaSettings, RecordConsumer, RecordProducer, TopicNotFound, Topics
+from streams.consumer import read_messages
 
 pytestmark = pytest.mark.broker
 
@@ -127,3 +129,38 @@ def test_idle_through_a_rebalance_loses_nothing(kafka, namespace):
             c.idle(0.5)
         c.idle(2.0)  # assigned and fetching by now
         assert read(c, 3) == [(0, 0), (0, 1), (1, 0)]
+
+
+def test_assign_takes_several_topics_and_pauses_one_partition(kafka, namespace):
+    topics = Topics(namespace)
+    fill(kafka, topics.weights, {0: 3})
+    fill(kafka, topics.ready, {0: 2})
+    with consumer(kafka, namespace) as c:
+        starts = c.assign([topics.weights, topics.ready], {(topics.weights, 0): 1})  # 1 + 4 partitions
+        assert starts == {(topics.weights, 0): 1, **{(topics.ready, p): 0 for p in range(4)}}
+        assert read(c, 4) == [(0, 0), (0, 1), (0, 1), (0, 2)]  # weights 1, 2 and ready 0, 1
+        assert c.positions() == {(topics.weights, 0): 3, (topics.ready, 0): 2, (topics.ready, 1): 0,
+                                 (topics.ready, 2): 0, (topics.ready, 3): 0}
+        c.pause([(topics.ready, 0)])  # only that one: weights still flows
+        fill(kafka, topics.weights, {0: 1})
+        fill(kafka, topics.ready, {0: 1})
+        assert [(d.topic, d.offset) for d in c.poll(timeout_ms=2000)] == [(topics.weights, 3)]
+        assert c.poll(timeout_ms=1000) == []
+        c.resume([(topics.ready, 0)])
+        assert [(d.topic, d.offset) for d in c.poll(timeout_ms=5000)] == [(topics.ready, 2)]
+
+
+def test_read_messages_takes_the_last_of_each_partition_undecoded(kafka, namespace):
+    topic = Topics(namespace).weights
+    fill(kafka, topic, {0: 4})
+    with RecordProducer(kafka) as producer:
+        producer.send_bytes(topic, b"not a record", key="bad")
+    assert [m.offset for m in read_messages(kafka, topic)] == [0, 1, 2, 3, 4]
+    assert [(m.offset, m.value) for m in read_messages(kafka, topic, last=2)][1] == (4, b"not a record")
+    assert [m.offset for m in read_messages(kafka, topic, last=2)] == [3, 4]
+    # A reader without a rejected topic opens no producer; a record that does not decode raises.
+    with RecordConsumer(kafka, [], group_id=None, expect=MetricEvent) as c:
+        c.assign(topic, {(topic, 0): 4})
+        with pytest.raises(DecodeError):
+            read(c, 1)
+        assert c._producer is None
