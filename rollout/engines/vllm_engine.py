@@ -38,7 +38,7 @@ class VLLMEngine:
 
     def __init__(self, spec: ModelSpec, *, seed: int = 0, max_model_len: int | None = None,
                  kv_cache_gib: int = 1, gpu_memory_utilization: float = 0.5, enforce_eager: bool = True,
-                 max_num_seqs: int = 256, max_lora_rank: int | None = None):
+                 max_num_seqs: int = 256, max_lora_rank: int | None = None, in_process: bool = True):
         try:
             from vllm import LLM
         except ImportError as e:
@@ -48,13 +48,21 @@ class VLLMEngine:
         self.tokenizer = build_tokenizer(spec)
         self.shapes = checkpoint_shapes(path)
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))  # GiB on CPU; GPUs use the fraction
+        # vLLM's default runs its engine core and worker as child processes, in our process group: the
+        # SIGTERM `undertow run` sends a component's group at the end of a stage kills them at once, and
+        # an evaluator then hangs scoring the stage's final weights. In-process, that SIGTERM only sets
+        # our stop flag. (vLLM's processes overlap scheduling with the model: worth it on a GPU.)
+        backend = {}
+        if in_process:
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+            backend = {"distributed_executor_backend": "uni"}
         # LoRA layers are set up at start-up only: an engine for trainer.lora says its largest rank.
         lora = {"enable_lora": True, "max_lora_rank": max_lora_rank, "max_loras": 1} if max_lora_rank else {}
         self.lora = LoraSlot(path, max_lora_rank) if max_lora_rank else None
         self.llm = LLM(model=path, tokenizer=path, dtype=spec.dtype, seed=seed, max_model_len=max_model_len,
                        gpu_memory_utilization=gpu_memory_utilization, enforce_eager=enforce_eager,
                        max_num_seqs=max_num_seqs, logprobs_mode="processed_logprobs", max_logprobs=-1,
-                       worker_extension_cls=WORKER_EXTENSION, **lora)
+                       worker_extension_cls=WORKER_EXTENSION, **lora, **backend)
         self.max_length = self.llm.llm_engine.model_config.max_model_len
         if spec.init_from:  # a later stage starts from the previous stage's checkpoint
             from pathlib import Path

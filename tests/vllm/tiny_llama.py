@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def save_tiny_llama(folder: Path, seed: int = 0, tied: bool = False) -> Path:
-    """Write a 2-layer Llama over kernel's character tokenizer into `folder`; returns it."""
+def save_tiny_llama(folder: Path, seed: int = 0, tied: bool = False, init_std: float | None = 0.2) -> Path:
+    """Write a 2-layer Llama over kernel's character tokenizer into `folder`; returns it. `init_std`
+    None keeps transformers' initialisation (a model to train rather than to check log-probs on)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -22,9 +23,9 @@ def save_tiny_llama(folder: Path, seed: int = 0, tied: bool = False) -> Path:
         model = LlamaForCausalLM(config)
     # Larger than the default 0.02 init: the distributions are far from uniform, the checks sharper.
     with torch.no_grad():
-        for p in model.parameters():
+        for p in model.parameters() if init_std is not None else []:
             if p.dim() == 2:
-                p.normal_(0, 0.2, generator=torch.Generator().manual_seed(seed))
+                p.normal_(0, init_std, generator=torch.Generator().manual_seed(seed))
     model.save_pretrained(folder, safe_serialization=True)
     tok.save_pretrained(folder)
     return folder

