@@ -70,9 +70,9 @@ def receive_broadcast(update: WeightUpdate, store_timeout_s: float, staging_root
                 target.write_bytes(data)
                 _check(update, bucket, len(data), hashlib.sha256(data).hexdigest(), bytes(data[:_prefix(data)]))
                 files.append(target)
-        except (RuntimeError, OSError, ValueError) as e:
-            if isinstance(e, WeightIntegrityError):
-                raise
+        except WeightIntegrityError:
+            raise
+        except Exception as e:  # torch.distributed's errors (timeouts, a closed peer) and the rest alike
             raise WeightIntegrityError(f"{_name(update)}: broadcast from {update.rendezvous} failed "
                                        f"({type(e).__name__}: {e})", "broadcast") from None
         return Staged(update.model, update.version, update.payload, files, directory, "broadcast")

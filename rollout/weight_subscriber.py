@@ -76,7 +76,7 @@ class WeightSubscriber(threading.Thread):
         started = time.perf_counter()
         try:
             ready.load_into(engine)
-        except ValueError as e:
+        except (ValueError, OSError) as e:  # not the model's tensors; staged files gone
             log.error("engine refused weights %s v%d: %s", ready.model, ready.version, e)
             self.refused.append(ready.version)
             self.producer.reject(self.topics.rejected, stage="weights", reason="mismatch", detail=str(e),
@@ -105,6 +105,10 @@ class WeightSubscriber(threading.Thread):
             ready = self._bring(update)
         except WeightIntegrityError as e:
             self._refuse(update, e)
+            return
+        except Exception as e:  # never lose the thread (the worker would wait for weights for ever)
+            log.exception("weights %s v%d could not be brought in", update.model, update.version)
+            self._refuse(update, WeightIntegrityError(f"{type(e).__name__}: {e}", "error"))
             return
         if ready is not None:
             self._offer(ready)
