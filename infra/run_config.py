@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from infra.config import ConfigError, load_yaml, validation_message
+from infra.config_rules import problems
 from infra.monitor import MonitorConfig
 from processors.config import ProcessorsConfig
 from processors.pipeline import Pipeline
@@ -110,39 +111,10 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _sections_agree(self) -> "RunConfig":
-        """The rules between sections, in one place: each names both fields and why."""
-        rollout, trainer = self.rollout, self.trainer
-        problems = []
-        if trainer.algorithm.objective == "rl":
-            worker, stale = rollout.max_staleness, trainer.batching.max_staleness
-            if worker > stale:
-                problems.append(f"rollout.max_staleness ({worker}) must be <= trainer.batching.max_staleness "
-                                f"({stale}): workers would generate what the trainer rejects as stale")
-            if trainer.sync_every - 1 > stale:
-                problems.append(f"trainer.sync_every ({trainer.sync_every}) needs trainer.batching.max_staleness >= "
-                                f"{trainer.sync_every - 1} (it is {stale}): between two published versions every "
-                                f"new experience would be too stale to train on, and the run would wait for ever")
-            sampled, assumed = rollout.sampling.temperature, trainer.algorithm.temperature
-            if sampled != assumed:
-                problems.append(f"rollout.sampling.temperature ({sampled}) must equal trainer.algorithm.temperature "
-                                f"({assumed}): the trainer recomputes log-probs at its temperature, so every "
-                                f"importance ratio would be skewed")
-        trained = [t.source for t in self.feeder.tasksets]
-        for i, heldout in enumerate(self.eval.tasksets):
-            if heldout.source in trained:
-                problems.append(f"eval.tasksets.{i} ({heldout.name}) has the same source as a feeder taskset: "
-                                f"held-out tasks must not be training tasks (give the generator another seed)")
-        engine = rollout.engine if isinstance(rollout.engine, str) else rollout.engine.get("name")
-        lora_rank = None if isinstance(rollout.engine, str) else rollout.engine.get("max_lora_rank")
-        if trainer.lora is not None and engine == "vllm" and (lora_rank or 0) < trainer.lora.rank:
-            problems.append(f"trainer.lora (rank {trainer.lora.rank}) publishes adapter-only weight updates, which "
-                            f"the vllm engine applies only when started for them: set rollout.engine.max_lora_rank "
-                            f">= {trainer.lora.rank}")
-        elif trainer.lora is not None and engine not in ("transformers", "vllm"):
-            problems.append(f"trainer.lora publishes adapter-only weight updates, which rollout.engine "
-                            f"({engine}) cannot apply yet: use the transformers or vllm engine")
-        if problems:
-            raise ValueError("; ".join(problems))
+        """The rules between sections (infra/config_rules.py): each names both fields and why."""
+        found = problems(self)
+        if found:
+            raise ValueError("; ".join(found))
         return self
 
     @model_validator(mode="after")

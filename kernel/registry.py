@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import typing
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, Generic, Mapping, TypeVar
+
+from pydantic import PydanticSchemaGenerationError, TypeAdapter, ValidationError
 
 T = TypeVar("T")
 
@@ -100,6 +103,31 @@ def _check_kwargs(kind: str, name: str, obj: Any, kwargs: dict[str, Any]) -> Non
     if unknown:
         keyword_only = sorted(p.name for p in params if p.kind is p.KEYWORD_ONLY)
         raise RegistryError(f"{kind} {name!r}: unexpected argument(s) {unknown}; it takes {keyword_only}")
+    for key, expected in _annotations(target).items():
+        if key in kwargs:
+            _check_type(kind, name, key, expected, kwargs[key])
+
+
+def _annotations(target: Any) -> dict[str, Any]:
+    """The parameters' annotations as types; none where they do not resolve (a name imported only
+    for type checkers): such an argument is checked by the component when it is built."""
+    try:
+        return {k: v for k, v in typing.get_type_hints(target).items() if k != "return"}
+    except Exception:  # noqa: BLE001 — any unresolvable annotation: no types to check
+        return {}
+
+
+def _check_type(kind: str, name: str, key: str, expected: Any, value: Any) -> None:
+    """Refuse a value of the wrong type (lax, as the config's own fields: 2 is a float, [1] no bool)."""
+    try:
+        adapter = TypeAdapter(expected)
+    except (PydanticSchemaGenerationError, TypeError):  # a type pydantic cannot check: the component does
+        return
+    try:
+        adapter.validate_python(value)
+    except ValidationError as e:
+        got = e.errors()[0]["msg"]
+        raise RegistryError(f"{kind} {name!r}: argument {key} = {value!r}: {got}") from None
 
 
 def checked_entry(registry: Registry[Any], entry: Any) -> Any:

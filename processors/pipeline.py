@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, ClassVar, Literal, Mapping
 
-from schemas import Experience, TaskStat
+from schemas import Experience, Record, TaskStat
 from processors.api import Reject, Result, Stage, build_stages
 from processors.groups import Arrival, Closed, GroupBuffer
 from processors.metrics import PipelineStats
@@ -45,6 +45,8 @@ class Output:
 class Pipeline:
     """Runs stages in order. Stages before the first group stage see records one batch at a time;
     from the first group stage on, they see one assembled group at a time."""
+
+    emits: ClassVar[type[Record]] = Experience  # what reaches experiences.ready: a processor returns Experiences
 
     def __init__(self, stages: list[Stage], *, context: StageContext | None = None, group_timeout_s: float = 60.0,
                  on_timeout: Literal["emit", "reject"] = "emit", max_open_groups: int = 100_000):

@@ -43,6 +43,15 @@ def test_a_bad_pipeline_name_fails_naming_the_field(tmp_path):
     assert "processors.pipeline: processor 'clena': unknown" in text
 
 
+def test_a_pipeline_argument_of_the_wrong_type_fails_naming_the_stage_and_argument(tmp_path):
+    code, output = config(tmp_path, "check", processors={"pipeline": ["clean", {"name": "reshape",
+                                                                                 "dynamic_sampling": [1]}]})
+    text = " ".join(output.split())
+    assert code == 2, output
+    assert "processors.pipeline: processor 'reshape': argument dynamic_sampling = [1]" in text
+    assert "valid boolean" in text
+
+
 def test_a_temperature_mismatch_in_one_stage_fails_naming_the_stage_and_both_fields(tmp_path):
     stages = [{"name": "rl", "steps": 2, "rollout": {"sampling": {"temperature": 0.7}}}]
     code, output = config(tmp_path, "check", run={"stages": stages})

@@ -70,3 +70,17 @@ def test_checked_entry_passes_a_good_entry_through_and_names_a_bad_one():
     assert checked_entry(reg, {"name": "shout", "times": 2}) == {"name": "shout", "times": 2}
     with pytest.raises(ValueError, match=r"loss 'shout': unexpected argument\(s\) \['loud'\]"):
         checked_entry(reg, {"name": "shout", "loud": True})
+
+
+def test_an_argument_of_the_wrong_type_is_refused_when_resolved():
+    """Types are checked as the config's own fields are (lax: 2 is a float), before anything is built."""
+    reg: Registry = Registry("reward")
+    reg.register("shout")(shout)
+    with pytest.raises(RegistryError, match=r"reward 'shout': argument times = 'twice': .*valid integer"):
+        reg.resolve({"name": "shout", "times": "twice"})
+    with pytest.raises(RegistryError, match=r"argument times = 2.5: .*fractional part"):
+        reg.resolve({"name": "shout", "times": 2.5})
+    assert reg.resolve({"name": "shout", "times": 2}).bind()("a") == "AA"
+    reg.register("counter")(Counter)  # a class: its __init__'s annotations
+    with pytest.raises(RegistryError, match=r"counter'?: argument start = \[1\]"):
+        reg.resolve({"name": "counter", "start": [1]})

@@ -20,5 +20,7 @@ def test_filters_drop_and_mappers_rewrite():
 
 
 def test_a_list_that_is_not_ops_is_refused():
-    with pytest.raises(ValueError, match="data_juicer.ops"):
-        Harness([{"name": "data_juicer", "ops": ["text_length_filter"]}])
+    with pytest.raises(ValueError, match=r"'data_juicer': argument ops = \['text_length_filter'\]: .*dictionary"):
+        Harness([{"name": "data_juicer", "ops": ["text_length_filter"]}])  # the registry checks the type
+    with pytest.raises(ValueError, match="data_juicer.ops: expected a list like"):
+        Harness([{"name": "data_juicer", "ops": [{"text_length_filter": {}, "extra": {}}]}])  # the op checks its shape

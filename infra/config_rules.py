@@ -1,0 +1,92 @@
+"""The rules between a run's sections: each a function of the whole config that names the fields it
+finds in conflict and why, run by RunConfig (infra/run_config.py) for the run and every stage.
+
+A rule that finds nothing yields nothing; `RULES` keeps them in the order their messages are shown.
+Each has a test that breaks it (tests/infra/test_config_rules.py counts them).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Iterator
+
+from processors.pipeline import Pipeline
+from trainer.objectives import objectives
+
+if TYPE_CHECKING:
+    from infra.run_config import RunConfig
+
+Rule = Callable[["RunConfig"], Iterator[str]]
+RULES: dict[str, Rule] = {}
+
+
+def rule(fn: Rule) -> Rule:
+    RULES[fn.__name__] = fn
+    return fn
+
+
+def problems(config: "RunConfig") -> list[str]:
+    """What every rule finds wrong with `config`, in rule order."""
+    return [message for check in RULES.values() for message in check(config)]
+
+
+@rule
+def workers_no_staler_than_the_trainer(cfg: "RunConfig") -> Iterator[str]:
+    worker, stale = cfg.rollout.max_staleness, cfg.trainer.batching.max_staleness
+    if cfg.trainer.algorithm.objective == "rl" and worker > stale:
+        yield (f"rollout.max_staleness ({worker}) must be <= trainer.batching.max_staleness ({stale}): "
+               f"workers would generate what the trainer rejects as stale")
+
+
+@rule
+def sync_every_within_the_staleness_bound(cfg: "RunConfig") -> Iterator[str]:
+    """`sync_every > 1` with on-policy (staleness 0) is the deadlock the issue names."""
+    every, stale = cfg.trainer.sync_every, cfg.trainer.batching.max_staleness
+    if cfg.trainer.algorithm.objective == "rl" and every - 1 > stale:
+        yield (f"trainer.sync_every ({every}) needs trainer.batching.max_staleness >= {every - 1} (it is {stale}): "
+               f"between two published versions every new experience would be too stale to train on, and the "
+               f"run would wait for ever")
+
+
+@rule
+def one_sampling_temperature(cfg: "RunConfig") -> Iterator[str]:
+    sampled, assumed = cfg.rollout.sampling.temperature, cfg.trainer.algorithm.temperature
+    if cfg.trainer.algorithm.objective == "rl" and sampled != assumed:
+        yield (f"rollout.sampling.temperature ({sampled}) must equal trainer.algorithm.temperature ({assumed}): "
+               f"the trainer recomputes log-probs at its temperature, so every importance ratio would be skewed")
+
+
+@rule
+def objective_trains_on_what_the_processors_write(cfg: "RunConfig") -> Iterator[str]:
+    """The trainer reads only its objective's record type; in a run, experiences.ready holds what
+    the processors pipeline writes, so any other type would leave it refusing every record."""
+    name = cfg.trainer.algorithm.objective
+    wanted, written = objectives.get(name).record_type, Pipeline.emits
+    if wanted is not written:
+        yield (f"trainer.algorithm.objective ({name}) trains on {wanted.__name__} records, but processors.pipeline "
+               f"writes {written.__name__} records to experiences.ready: the trainer would refuse every one. "
+               f"Make them from an archive (`undertow replay --shape dpo_pairs`) and run `undertow train` on that "
+               f"namespace, or train this run with an objective on {written.__name__} records (rl, sft)")
+
+
+@rule
+def held_out_tasks_are_not_trained_on(cfg: "RunConfig") -> Iterator[str]:
+    trained = [t.source for t in cfg.feeder.tasksets]
+    for i, heldout in enumerate(cfg.eval.tasksets):
+        if heldout.source in trained:
+            yield (f"eval.tasksets.{i} ({heldout.name}) has the same source as a feeder taskset: held-out tasks "
+                   f"must not be training tasks (give the generator another seed)")
+
+
+@rule
+def adapters_reach_an_engine_that_applies_them(cfg: "RunConfig") -> Iterator[str]:
+    lora, engine_entry = cfg.trainer.lora, cfg.rollout.engine
+    if lora is None:
+        return
+    engine = engine_entry if isinstance(engine_entry, str) else engine_entry.get("name")
+    lora_rank = None if isinstance(engine_entry, str) else engine_entry.get("max_lora_rank")
+    if engine == "vllm" and (lora_rank or 0) < lora.rank:
+        yield (f"trainer.lora (rank {lora.rank}) publishes adapter-only weight updates, which the vllm engine "
+               f"applies only when started for them: set rollout.engine.max_lora_rank >= {lora.rank}")
+    elif engine not in ("transformers", "vllm"):
+        yield (f"trainer.lora publishes adapter-only weight updates, which rollout.engine ({engine}) cannot apply "
+               f"yet: use the transformers or vllm engine")

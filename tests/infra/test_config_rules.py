@@ -1,0 +1,75 @@
+"""The rules between sections (infra/config_rules.py), each broken once through `undertow config
+check`: exit 2, naming the fields in conflict; and a neighbouring config that keeps the rule passes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from infra.cli import app
+from infra.config_rules import RULES
+from tests.helpers import write_config
+
+ON_POLICY = {"rollout": {"max_staleness": 0}, "trainer": {"batching": {"max_staleness": 0}}}
+
+# rule name: (config that breaks it, what the error says, a config beside it that keeps it)
+CASES = {
+    "workers_no_staler_than_the_trainer": (
+        {"rollout": {"max_staleness": 3}, "trainer": {"batching": {"max_staleness": 1}}},
+        ["rollout.max_staleness (3) must be <= trainer.batching.max_staleness (1)"],
+        {"rollout": {"max_staleness": 1}, "trainer": {"batching": {"max_staleness": 1}}}),
+    "sync_every_within_the_staleness_bound": (  # on-policy with a version every 2 steps: a deadlock
+        {**ON_POLICY, "trainer": {"sync_every": 2, "batching": {"max_staleness": 0}}},
+        ["trainer.sync_every (2) needs trainer.batching.max_staleness >= 1 (it is 0)"],
+        {**ON_POLICY, "trainer": {"sync_every": 1, "batching": {"max_staleness": 0}}}),
+    "one_sampling_temperature": (
+        {"rollout": {"sampling": {"temperature": 0.7}}},
+        ["rollout.sampling.temperature (0.7) must equal trainer.algorithm.temperature (1.0)"],
+        {"rollout": {"sampling": {"temperature": 0.7}}, "trainer": {"algorithm": {"temperature": 0.7}}}),
+    "objective_trains_on_what_the_processors_write": (
+        {"trainer": {"algorithm": {"objective": "dpo"}}},
+        ["trainer.algorithm.objective (dpo) trains on PreferencePair records",
+         "processors.pipeline writes Experience records"],
+        {"trainer": {"algorithm": {"objective": "sft"}}}),
+    "held_out_tasks_are_not_trained_on": (
+        {"feeder": {"tasksets": [{"name": "s", "source": {"name": "sums", "size": 10}}]},
+         "eval": {"tasksets": [{"name": "held", "source": {"name": "sums", "size": 10}}]}},
+        ["eval.tasksets.0 (held) has the same source as a feeder taskset"],
+        {"feeder": {"tasksets": [{"name": "s", "source": {"name": "sums", "size": 10}}]},
+         "eval": {"tasksets": [{"name": "held", "source": {"name": "sums", "size": 10, "seed": 1}}]}}),
+    "adapters_reach_an_engine_that_applies_them": (
+        {"trainer": {"lora": {"rank": 16}}, "rollout": {"engine": {"name": "vllm", "max_lora_rank": 8}}},
+        ["trainer.lora (rank 16)", "rollout.engine.max_lora_rank >= 16"],
+        {"trainer": {"lora": {"rank": 16}}, "rollout": {"engine": {"name": "vllm", "max_lora_rank": 16}}}),
+}
+
+
+def check(tmp_path: Path, sections: dict) -> tuple[int, str]:
+    path = write_config(tmp_path / "run.yaml", "lab", **sections)
+    result = CliRunner().invoke(app, ["config", "check", str(path)])
+    return result.exit_code, " ".join(result.output.split())  # rich wraps long lines
+
+
+def test_every_rule_is_broken_here():
+    assert list(CASES) == list(RULES)  # a rule added to infra/config_rules.py needs its case here
+
+
+@pytest.mark.parametrize("rule", list(CASES))
+def test_a_config_that_breaks_the_rule_fails_naming_the_fields(tmp_path, rule):
+    broken, says, kept = CASES[rule]
+    code, output = check(tmp_path, broken)
+    assert code == 2 and output.startswith("error:"), output
+    for words in says:
+        assert words in output, (words, output)
+    code, output = check(tmp_path, kept)
+    assert code == 0 and output.startswith("ok "), output
+
+
+def test_a_stage_that_breaks_a_rule_fails_naming_the_stage(tmp_path):
+    """The rules hold for every stage's merged config: a DPO stage in a run would starve."""
+    stages = [{"name": "warmup", "steps": 2, "trainer": {"algorithm": {"objective": "sft"}}},
+              {"name": "pairs", "steps": 2, "trainer": {"algorithm": {"objective": "dpo"}}}]
+    code, output = check(tmp_path, {"run": {"stages": stages}})
+    assert code == 2 and "run.stages.1 (pairs)" in output and "objective (dpo)" in output, output
