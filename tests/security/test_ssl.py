@@ -165,24 +165,34 @@ def test_a_broker_that_requires_client_certificates_admits_every_client_that_hol
 
 
 
-def test_feed_and_rollout_with_no_kafka_section_reach_the_local_tls_broker(broker, tmp_path, monkeypatch):
+def test_component_commands_with_no_kafka_section_reach_the_local_tls_broker(broker, tmp_path, monkeypatch):
     """Issue 15: `undertow feed|rollout` re-read the config's (absent) `kafka:` section and spoke
-    PLAINTEXT to a `broker up --tls` broker, while trainer and processors got its TLS."""
+    PLAINTEXT to a `broker up --tls` broker, while trainer and processors got its TLS. Each command
+    here finds the local TLS broker from a config with no `kafka:`, and the records go all the way:
+    tasks, experiences, processed experiences, a trained step, the archive."""
     monkeypatch.delenv("UNDERTOW_BOOTSTRAP", raising=False)
     (tmp_path / "home").mkdir()
     (tmp_path / "home" / "broker").symlink_to(broker.data_dir)  # the local broker `undertow broker up` leaves
     ns = f"tls-cli-{uuid.uuid4().hex[:6]}"
+    topics = Topics(ns)
     create_topics(tls(broker), ns)
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({
         "namespace": ns,
         "feeder": {"tasksets": [{"name": "sums", "source": {"name": "sums", "size": 2}}], "epochs": 1, "group_size": 2},
         "rollout": {"engine": {"name": "transformers", "batch_size": 4}, "sampling": {"max_new_tokens": 2},
-                    "reward": "numeric_match", "chat_template": False}}))
+                    "reward": "numeric_match", "chat_template": False},
+        "processors": {"idle_exit_s": 5.0},
+        "trainer": {"batching": {"experiences": 2, "max_wait_s": 1.0}, "checkpoint_dir": str(tmp_path / "ckpt"),
+                    "engine": {"master_port": free_port_block(1)}},
+        "archive": {"root": str(tmp_path / "archive"), "topics": ["experiences.raw"]}}))
     env = {**os.environ, "UNDERTOW_HOME": str(tmp_path / "home"), "OMP_NUM_THREADS": "1"}
     env.pop("UNDERTOW_BOOTSTRAP", None)
-    for command in (["feed", str(config)], ["rollout", str(config), "--max-tasks", "2"]):
+    for command in (["feed", str(config)], ["rollout", str(config), "--max-tasks", "2"], ["process", str(config)],
+                    ["train", str(config), "--max-steps", "1"], ["archive", str(config), "--idle-timeout", "3"]):
         out = subprocess.run([sys.executable, "-m", "infra.cli", *command], cwd=ROOT, env=env, capture_output=True,
-                             text=True, timeout=180)
+                             text=True, timeout=300)
         assert out.returncode == 0, (command, out.stdout[-2000:], out.stderr[-2000:])
-    assert record_counts(tls(broker), [Topics(ns).tasks, Topics(ns).raw]) == {Topics(ns).tasks: 2, Topics(ns).raw: 4}
+    counts = record_counts(tls(broker), [topics.tasks, topics.raw, topics.ready])
+    assert counts == {topics.tasks: 2, topics.raw: 4, topics.ready: 4}, counts
+    assert "archived 4 rows" in out.stdout, out.stdout
