@@ -150,7 +150,7 @@ def test_run_starts_a_monitor_only_when_the_section_names_sinks(monkeypatch, kaf
         def start(self, name, argv):
             started.append((name, argv[-1]))
 
-        def stop(self, names=None):
+        def stop(self, names=None, **timeouts):
             pass
 
     monkeypatch.setattr("infra.run.Supervisor", RecordingSupervisor)
