@@ -33,7 +33,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", type=Path, default=ROOT / "examples" / "smollm2_arithmetic.yaml")
     ap.add_argument("--minutes", type=float, default=40.0, help="wall-clock bound of RL (start-up included)")
-    # 200 problems x (1 greedy + 4 sampled) answers took 12-25 min on 2 cores shared with other jobs.
+    # 200 problems x (1 greedy + 4 sampled) answers took 8-25 min on 2 cores shared with other jobs.
     ap.add_argument("--final-eval-minutes", type=float, default=25.0,
                     help="after RL, how long the evaluation of the last weights may take before all is killed")
     ap.add_argument("--steps", type=int, default=None, help="trainer steps (default: the config's run.steps)")
