@@ -11,10 +11,11 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from kernel import broadcast
-from kernel.models.weights import read_header
+from kernel.models.weights import file_header, read_header
 from schemas import Bucket, WeightIntegrityError, WeightUpdate, verify_manifest
 
 from rollout.weights import Staged
@@ -41,7 +42,7 @@ def fetch_files(update: WeightUpdate, staging_root: str | None = None) -> Staged
             except FileNotFoundError:
                 raise WeightIntegrityError(f"{_name(update)}: {update.uri}/{bucket.file} does not exist (a version "
                                            "half written, or collected before it was read)", "missing") from None
-            _check(update, bucket, target.stat().st_size, digest, target.open("rb").read(_header_size(target)))
+            _check(update, bucket, target.stat().st_size, digest, lambda: file_header(target))
             files.append(target)
         return Staged(update.model, update.version, update.payload, files, directory, "files")
     except BaseException:
@@ -68,7 +69,8 @@ def receive_broadcast(update: WeightUpdate, store_timeout_s: float, staging_root
             for bucket, data in zip(update.manifest, broadcast.receive(pg, [b.bytes for b in update.manifest])):
                 target = directory / bucket.file
                 target.write_bytes(data)
-                _check(update, bucket, len(data), hashlib.sha256(data).hexdigest(), bytes(data[:_prefix(data)]))
+                _check(update, bucket, len(data), hashlib.sha256(data).hexdigest(),
+                       lambda: read_header(bytes(data[:_header_end(data)])))
                 files.append(target)
         except WeightIntegrityError:
             raise
@@ -90,7 +92,7 @@ def _stage(fs: object, source: str, target: Path) -> str:
             os.link(source, target)
         except FileNotFoundError:
             raise
-        except OSError:  # another filesystem: copy below
+        except OSError:  # another filesystem (a missing source is not: it propagates): copy below
             local = False
     if local:
         with open(target, "rb") as f:
@@ -104,14 +106,15 @@ def _stage(fs: object, source: str, target: Path) -> str:
     return digest.hexdigest()
 
 
-def _check(update: WeightUpdate, bucket: Bucket, size: int, digest: str, head: bytes) -> None:
+def _check(update: WeightUpdate, bucket: Bucket, size: int, digest: str,
+           header_of: Callable[[], tuple[dict, dict]]) -> None:
     where = f"{_name(update)} {bucket.file}"
     if size != bucket.bytes:
         raise WeightIntegrityError(f"{where}: {size} bytes, the manifest says {bucket.bytes}", "checksum")
     if digest != bucket.sha256:
         raise WeightIntegrityError(f"{where}: sha256 {digest} != manifest {bucket.sha256}", "checksum")
     try:
-        header, _ = read_header(head)
+        header, _ = header_of()  # read only once the bytes are known to be the announced ones
     except ValueError as e:
         raise WeightIntegrityError(f"{where}: {e}", "manifest") from None
     declared = {t.name: (t.dtype, tuple(t.shape)) for t in bucket.tensors}
@@ -120,12 +123,7 @@ def _check(update: WeightUpdate, bucket: Bucket, size: int, digest: str, head: b
         raise WeightIntegrityError(f"{where}: tensors differ from the manifest ({differ})", "manifest")
 
 
-def _header_size(path: Path) -> int:
-    with path.open("rb") as f:
-        return 8 + int.from_bytes(f.read(8), "little")
-
-
-def _prefix(data: memoryview) -> int:
+def _header_end(data: memoryview) -> int:
     return 8 + int.from_bytes(bytes(data[:8]), "little") if len(data) >= 8 else len(data)
 
 

@@ -135,7 +135,8 @@ def is_lora(engine: Any) -> bool:
 T = TypeVar("T")
 
 
-def gathered_weights(engine: Any, pack: Callable[[dict[str, torch.Tensor], dict[str, str] | None], T]) -> T | None:
+def gathered_weights(engine: Any, pack: Callable[[dict[str, torch.Tensor], dict[str, str] | None], T] | None
+                     ) -> T | None:
     """What rank 0 publishes, packed by `pack(tensors, metadata)` (None elsewhere): the full weights,
     or under LoRA the adapter alone with its self-describing metadata. Every rank must call it: under
     ZeRO-3 each holds a slice of every parameter, whole only inside the gather, so `pack` must copy."""
@@ -146,7 +147,7 @@ def gathered_weights(engine: Any, pack: Callable[[dict[str, torch.Tensor], dict[
     gather = engine.zero_optimization_stage() == 3
     params = [p for p in module.parameters() if p.requires_grad or not lora] if gather else []
     with deepspeed.zero.GatheredParameters(params, modifier_rank=None, enabled=gather):
-        if dist.get_rank() != 0:
+        if dist.get_rank() != 0 or pack is None:
             return None
         tensors, metadata = adapter_tensors(module) if lora else (state_tensors(module), None)
         return pack(tensors, metadata)

@@ -199,10 +199,7 @@ def _loop(engine: Any, objective: Any, ref_model: Any, cfg: TrainerConfig, proce
 
 def _publish(engine: Any, leader: Leader | None) -> None:
     """Every rank gathers (ZeRO-3 holds slices); rank 0 packs and publishes the current version."""
-    packed = gathered_weights(engine, leader.publisher.pack if leader else _nothing)
+    packed = gathered_weights(engine, leader.publisher.pack if leader else None)
     if leader:
         leader.publish(packed)
 
-
-def _nothing(tensors: Any, metadata: Any) -> None:
-    return None

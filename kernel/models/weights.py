@@ -78,6 +78,11 @@ def file_header(path: Path) -> tuple[Header, dict[str, str]]:
         return read_header(f.read(8 + size))
 
 
+def files_shapes(paths: Iterable[Path]) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape over safetensors files (headers only)."""
+    return {name: shape for path in paths for name, (_, shape) in file_header(path)[0].items()}
+
+
 def check_fits(shapes: Mapping[str, tuple[int, ...]], own: Mapping[str, tuple[int, ...]],
                tied: Iterable[str] = ()) -> None:
     """Raise ValueError unless `shapes` names exactly the model's tensors (`own`, less `tied` ones
@@ -98,8 +103,8 @@ def load_weights(model: "PreTrainedModel", blob: bytes) -> None:
     from safetensors.torch import load
 
     header, _ = read_header(blob)
-    _check_model(model, {name: shape for name, (_, shape) in header.items()})
-    _copy_in(model, load(blob).items())
+    own = _checked_state(model, {name: shape for name, (_, shape) in header.items()})
+    _copy_in(own, load(blob).items())
 
 
 def load_weight_files(model: "PreTrainedModel", paths: list[Path]) -> None:
@@ -107,25 +112,22 @@ def load_weight_files(model: "PreTrainedModel", paths: list[Path]) -> None:
     is never held whole in memory. Every header is checked against the model first."""
     from safetensors import safe_open
 
-    shapes: dict[str, tuple[int, ...]] = {}
-    for path in paths:
-        shapes.update({name: shape for name, (_, shape) in file_header(path)[0].items()})
-    _check_model(model, shapes)
+    own = _checked_state(model, files_shapes(paths))
     for path in paths:
         with safe_open(str(path), framework="pt") as f:
-            _copy_in(model, ((name, f.get_tensor(name)) for name in f.keys()))
+            _copy_in(own, ((name, f.get_tensor(name)) for name in f.keys()))
 
 
-def _check_model(model: Any, shapes: Mapping[str, tuple[int, ...]]) -> None:
+def _checked_state(model: Any, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, "torch.Tensor"]:
+    """The model's state dict, once `shapes` was checked against it."""
     own = model.state_dict()
-    stored = state_tensors(model)
-    check_fits(shapes, {n: tuple(t.shape) for n, t in own.items()}, tied=set(own) - set(stored))
+    check_fits(shapes, {n: tuple(t.shape) for n, t in own.items()}, tied=set(own) - set(state_tensors(model)))
+    return own
 
 
-def _copy_in(model: Any, tensors: Iterable[tuple[str, "torch.Tensor"]]) -> None:
+def _copy_in(own: Mapping[str, "torch.Tensor"], tensors: Iterable[tuple[str, "torch.Tensor"]]) -> None:
     import torch
 
-    own = model.state_dict()
     with torch.no_grad():
         for name, t in tensors:
             own[name].copy_(t)  # in the model's dtype and device

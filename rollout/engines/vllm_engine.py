@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from kernel.models import ModelSpec, build_tokenizer, local_dir
 from kernel.models.adapters import is_adapter
-from kernel.models.weights import check_fits, file_header
+from kernel.models.weights import check_fits, files_shapes
 
 from rollout.engines.base import Sample, SamplingParams, engines
 from rollout.engines.vllm_lora import LoraSlot
@@ -132,10 +132,7 @@ class VLLMEngine:
     def load_weight_files(self, paths: list) -> None:
         """Whole weights from safetensors buckets, checked against the checkpoint's names and shapes
         first, then streamed into the running engine."""
-        shapes: dict[str, tuple[int, ...]] = {}
-        for path in paths:
-            shapes.update({name: shape for name, (_, shape) in file_header(path)[0].items()})
-        check_fits(shapes, self.shapes)
+        check_fits(files_shapes(paths), self.shapes)
         if self.lora is not None:
             self.lora.clear(self.llm)
         self.llm.collective_rpc("undertow_reload_files", args=([str(p) for p in paths],))

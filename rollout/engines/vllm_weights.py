@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernel.models.weights import check_fits, file_header, read_header
+from kernel.models.weights import check_fits, files_shapes, read_header
 
 
 def checkpoint_shapes(folder: str | Path) -> dict[str, tuple[int, ...]]:
     """Tensor name -> shape of every *.safetensors file in an HF directory (headers only)."""
-    shapes: dict[str, tuple[int, ...]] = {}
-    for file in sorted(Path(folder).glob("*.safetensors")):
-        shapes.update({name: shape for name, (_, shape) in file_header(file)[0].items()})
+    shapes = files_shapes(sorted(Path(folder).glob("*.safetensors")))
     if not shapes:
         raise ValueError(f"{folder}: no safetensors weights (vLLM needs an HF directory with them)")
     return shapes
