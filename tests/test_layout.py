@@ -45,8 +45,6 @@ def test_imports_follow_the_architecture(package):
 
 
 KAFKA_CLIENTS = {"kafka", "aiokafka", "faust"}  # kafka-python, and Faust with the client under it
-# The processors runner wires a Faust agent: that is its job (Faust's internals stay in streams/faust/).
-FAUST_WIRING = {"processors/runner.py": {"faust"}}
 
 
 @pytest.mark.parametrize("package", [p for p in PACKAGES if p != "streams"])
@@ -55,10 +53,9 @@ def test_components_leave_the_kafka_clients_to_streams(package):
     streams.admin), not each component's: benchmarks may measure the raw clients, nothing else."""
     users = {}
     for path in (ROOT / package).rglob("*.py"):
-        name = str(path.relative_to(ROOT))
-        clients = imported_packages(path, among=KAFKA_CLIENTS) - FAUST_WIRING.get(name, set())
+        clients = imported_packages(path, among=KAFKA_CLIENTS)
         if clients:
-            users[name] = sorted(clients)
+            users[str(path.relative_to(ROOT))] = sorted(clients)
     assert not users, f"Kafka clients imported outside streams/: {users}"
 
 

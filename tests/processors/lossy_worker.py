@@ -16,6 +16,7 @@ from faust.transport.drivers.aiokafka import Consumer
 
 import processors.runner
 import streams.faust.books
+import streams.faust.worker
 from infra.cli_processors import load_processors_config
 from infra.config import load_cluster_config, resolve_kafka
 
@@ -47,8 +48,8 @@ def main(config: str, mode: str, partition: int) -> None:
     if mode == "unfetched":  # below the booked consumer: it never sees the records
         streams.faust.books.Consumer = losing(Consumer, partition)
     elif mode == "dropped":  # above it: offered, then gone
-        booked = processors.runner.booked_consumer
-        processors.runner.booked_consumer = lambda *args: losing(booked(*args), partition)
+        booked = streams.faust.worker.booked_consumer
+        streams.faust.worker.booked_consumer = lambda *args: losing(booked(*args), partition)
     else:
         raise SystemExit(f"unknown mode {mode}")
     cfg, cluster = load_processors_config(config), load_cluster_config(config)

@@ -1,0 +1,213 @@
+"""A Faust worker that runs a plain job on batches of one source topic.
+
+The job (`WorkerJob`) knows no Faust: it takes decoded records in offset order and returns what to
+send (`Send`, `DeadLetter`). The worker does the rest: decoding, keyed state in changelogged
+tables, the in-order book and its commits (books.py), the delivery watch (delivery.py), the
+watchdog (watchdog.py), the timers, and sending, where a batch's source offsets are committed only
+once the broker has acknowledged everything the batch sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+import faust
+
+from schemas import MetricEvent, Record
+from streams.admin import cluster_size, partition_count
+from streams.faust.app import RecordIO, create_app, track_output_topics
+from streams.faust.books import InOrder, booked_consumer, in_order, reread_stuck
+from streams.faust.delivery import DeliveryWatch
+from streams.faust.tables import TableStore
+from streams.faust.watchdog import Watchdog
+from streams.settings import KafkaSettings
+from streams.topics import MAX_MESSAGE_BYTES, Topics
+
+log = logging.getLogger(__name__)
+
+App = faust.App  # what `build_worker_app` returns, named for callers that import no Faust
+DECODE = "decode"  # the stage of the records the worker dead-letters itself: the job never sees them
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRecord:
+    """A decoded record of the source topic, with where it was read and its wire bytes."""
+
+    record: Record
+    partition: int
+    offset: int
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Bytes for `topic` under `key`."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A record the job refused, for the rejected topic with its stage and reason. `partition` and
+    `offset` say where the source topic holds it (None for a record not read from there)."""
+
+    stage: str
+    reason: str
+    detail: str
+    original: bytes
+    key: bytes | None
+    record_id: str | None
+    partition: int | None = None
+    offset: int | None = None
+
+
+Outputs = list[Send | DeadLetter]
+
+
+class WorkerJob(Protocol):
+    """What a worker runs: each batch, each tick, and the metrics it reports."""
+
+    def handle(self, batch: list[SourceRecord]) -> Outputs: ...
+    def tick(self) -> Outputs: ...
+    def metrics(self) -> MetricEvent: ...
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """A worker's topics, tables and pace."""
+
+    app_id: str  # names the consumer group and the tables' changelogs
+    topics: Topics  # the namespace's catalog: dead letters and metrics go to its topics
+    source: str
+    expect: type[Record] | tuple[type[Record], ...]  # the source's records; anything else is dead-lettered
+    tables: tuple[str, ...]  # keyed byte tables, changelogged: the job's state stores
+    writes: tuple[str, ...]  # the topics of the job's Sends
+    batch_size: int  # records per `handle`, at most
+    batch_within_s: float  # the longest wait to fill a batch
+    tick_every_s: float
+    metrics_every_s: float
+    stall_timeout_s: float  # the watchdog's limit on start-up and on each batch or tick
+    resync_after_s: float  # the delivery watch's limit on a worker offered nothing and handling nothing
+    idle_exit_s: float | None = None  # stop after this long without a record; None: run until SIGTERM
+
+
+def fetch_bytes_per_partition(partitions: int) -> int:
+    """How much one fetch takes of each partition: every partition must fit in one fetch response
+    (aiokafka's 50 MiB), so a backlog's partitions drain in step. With 32 MiB, one response held two
+    partitions' records and the others waited 15 s and more behind them; 1 MiB kept them in step but
+    cost 40% of the throughput (3,500 against 5,800 records/s here), 8 MiB keeps both. A record
+    larger than this still arrives whole (the broker returns a first record past the limit)."""
+    return max(1 << 20, min(8 << 20, (48 << 20) // partitions))
+
+
+def build_worker_app(plan: WorkerPlan, kafka: KafkaSettings,
+                     start: Callable[[Callable[[str], TableStore]], WorkerJob]) -> faust.App:
+    """The worker's app: one agent on the source topic, timers for the job's tick, redelivery,
+    metrics and idle exit. `start` builds the job on the app's tables (a lookup by name)."""
+    partitions = partition_count(kafka, plan.source)
+    # A short linger lets a batch's sends share produce requests; a linger of 0 measured slower here
+    # (the first record leaves alone and the rest queue behind it).
+    fetch_bytes = fetch_bytes_per_partition(partitions)
+    app = create_app(plan.app_id, kafka, topic_partitions=partitions, topic_replication_factor=min(3, cluster_size(kafka)),
+                     producer_linger=0.005, producer_max_batch_size=1 << 20, consumer_max_fetch_size=fetch_bytes)
+    io = RecordIO(app, plan.topics, stage=DECODE)
+    tables = {name: app.Table(name, key_type=bytes, value_type=bytes, partitions=partitions) for name in plan.tables}
+    stores = {name: TableStore(table, partitions) for name, table in tables.items()}
+    job = start(stores.__getitem__)
+    last_record, undecodable = time.monotonic(), 0
+    watchdog = Watchdog(plan.stall_timeout_s).start()
+    books = InOrder()
+    # Ahead of a record offered to the stream: Faust's stream buffer and the batch being handled.
+    watch = DeliveryWatch(plan.resync_after_s, in_flight=2 * (app.conf.stream_buffer_maxsize + plan.batch_size),
+                          round_bytes=4 * partitions * fetch_bytes + 2 * MAX_MESSAGE_BYTES)
+    app.transport.Consumer = booked_consumer(books, plan.source, watch)  # before the worker creates its consumer
+
+    async def report() -> None:
+        event = job.metrics()
+        event.values[f"{DECODE}.dropped"] = float(undecodable)
+        await io.send(plan.topics.metrics, event, key=event.component)
+
+    @app.on_partitions_revoked.connect
+    async def forget(sender: Any, revoked: set, **kwargs: Any) -> None:
+        books.forget(revoked)
+        watch.forget(revoked)
+
+    @app.task
+    async def started() -> None:  # runs once Faust has started every service and recovered the tables
+        watchdog.ready()
+
+    @app.agent(io.topic(plan.source))
+    async def process(stream: faust.StreamT) -> None:
+        nonlocal last_record, undecodable
+        outputs = [*plan.writes, plan.topics.rejected, plan.topics.metrics,
+                   *(name for table in tables.values() for name in table.changelog_topic.topics)]
+        await track_output_topics(app, outputs)
+        async for events in stream.take_events(plan.batch_size, within=plan.batch_within_s):
+            with watchdog.busy(f"a batch of {len(events)} records"):
+                watch.took(len(events))
+                batch = []
+                for event in await in_order(app.consumer, books, events, log):
+                    record = await io.decode(event, expect=plan.expect)
+                    if record is None:
+                        undecodable += 1
+                    else:
+                        m = event.message
+                        batch.append(SourceRecord(record, m.partition, m.offset, m.value))
+                last_record = time.monotonic()
+                await send_all(io, plan.source, job.handle(batch))
+                books.published()
+
+    @app.timer(plan.tick_every_s)
+    async def tick() -> None:
+        with watchdog.busy("a tick"):
+            await send_all(io, plan.source, job.tick())
+        if plan.idle_exit_s is not None and time.monotonic() - last_record > plan.idle_exit_s:
+            await report()
+            os.kill(os.getpid(), signal.SIGTERM)  # the worker's own handler shuts down cleanly
+
+    @app.timer(5.0)  # asks the broker for end offsets: that can take a second on a busy machine
+    async def check_deliveries() -> None:
+        await reread_stuck(app, books, plan.source, watch, log)
+
+    @app.timer(plan.metrics_every_s)
+    async def report_metrics() -> None:
+        await report()
+
+    return app
+
+
+async def send_all(io: RecordIO, source: str, outputs: Outputs) -> None:
+    """Send a job's outputs and wait until the broker has acknowledged all of them: only then may
+    the batch's source offsets be committed."""
+    # Straight to the producer: Faust's topic.send wraps each message in futures and callbacks that
+    # cost more than encoding it; the returned delivery futures are awaited together below.
+    send = io.app.producer.send
+    pending = []
+    for out in outputs:
+        if isinstance(out, Send):
+            pending.append(await send(out.topic, out.key, out.value, None, None, None))
+        else:
+            pending.append(await io.reject(
+                stage=out.stage, reason=out.reason, detail=out.detail, original=out.original, key=out.key,
+                source_topic=source if out.partition is not None else None, partition=out.partition,
+                offset=out.offset, record_id=out.record_id))
+    await asyncio.gather(*pending)
+
+
+def run_app(app: faust.App) -> None:
+    """Run the app's worker until SIGTERM/SIGINT (or its idle exit)."""
+    from faust.worker import Worker
+
+    runner = Worker(app, loglevel="warning")
+    # Faust's terminal spinner sets the root logger to DEBUG (it spins per log line): aiokafka then
+    # formats a debug record per message sent, a tenth of the worker's time.
+    runner.spinner = None
+    runner.execute_from_commandline()
