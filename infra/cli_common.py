@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import typer
 from rich.console import Console
 
-from infra.config import ConfigError, load_cluster_config, resolve_kafka
-from streams import KafkaSettings
+from infra.config import ConfigError, resolve_kafka
+from streams import KafkaSettings, RunContext
+
+if TYPE_CHECKING:
+    from infra.run_config import RunConfig
 
 console = Console()
 err_console = Console(stderr=True)
@@ -34,10 +37,30 @@ def user_errors() -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
-def cluster(config: Optional[Path], bootstrap: Optional[str], namespace: Optional[str]) -> tuple[KafkaSettings, str]:
-    """The cluster settings and namespace a command should use."""
-    cfg = load_cluster_config(config)
+def run_config(config: Optional[Path]) -> "RunConfig":
+    """The run config a command reads: the file validated as a component sees it; defaults when none."""
+    from infra.run_config import RunConfig, load_component_config  # every section's model comes with it
+
+    return RunConfig() if config is None else load_component_config(config)
+
+
+def context_of(cfg: "RunConfig", bootstrap: Optional[str] = None, namespace: Optional[str] = None) -> RunContext:
+    """What the command's components get: the namespace, the model and the cluster resolved once
+    (--bootstrap, `kafka:`, $UNDERTOW_BOOTSTRAP, else the local broker with its TLS and login)."""
     kafka = cfg.kafka
     if bootstrap:
         kafka = kafka.model_copy(update={"bootstrap_servers": KafkaSettings(bootstrap_servers=bootstrap).bootstrap_servers})
-    return resolve_kafka(kafka), namespace or cfg.namespace
+    return RunContext(namespace=namespace or cfg.namespace, kafka=resolve_kafka(kafka), model=cfg.model)
+
+
+def component(config: Optional[Path], bootstrap: Optional[str] = None,
+              namespace: Optional[str] = None) -> tuple["RunConfig", RunContext]:
+    """The run config and the context of a command that needs nothing checked in between."""
+    cfg = run_config(config)
+    return cfg, context_of(cfg, bootstrap, namespace)
+
+
+def cluster(config: Optional[Path], bootstrap: Optional[str], namespace: Optional[str]) -> tuple[KafkaSettings, str]:
+    """The resolved cluster settings and namespace a command should use."""
+    _, context = component(config, bootstrap, namespace)
+    return context.kafka, context.namespace

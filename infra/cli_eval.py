@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from infra.cli_common import BootstrapOpt, cluster, console, user_errors
+from infra.cli_common import BootstrapOpt, console, context_of, run_config, user_errors
 
 
 def eval_command(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="The run's YAML config."),
@@ -20,23 +20,21 @@ def eval_command(config: Path = typer.Argument(..., exists=True, dir_okay=False,
                      help="Score this HF directory or trainer checkpoint (step-N/) once, print a table, exit."),
                  bootstrap: Optional[str] = BootstrapOpt) -> None:
     """Score `eval.tasksets` on each eval.every-th policy version until SIGTERM, or once on --checkpoint."""
-    from kernel.config_io import load_config
-    from rollout.config import EvalRunConfig
     from rollout.eval_runner import evaluate_checkpoint, follow
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     with user_errors():
-        cfg = load_config(config, EvalRunConfig)
+        cfg = run_config(config)
         if not cfg.eval.tasksets:
             raise ValueError("eval.tasksets: the config names no held-out taskset")
-        if checkpoint is not None:
-            print_table(evaluate_checkpoint(cfg, checkpoint))
+        if checkpoint is not None:  # no broker needed
+            print_table(evaluate_checkpoint(cfg.eval, cfg.rollout, cfg.model, checkpoint))
             return
-        kafka, _ = cluster(config, bootstrap, None)
+        context = context_of(cfg, bootstrap)
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        done = follow(cfg, kafka, stop)
+        done = follow(cfg.eval, cfg.rollout, context, stop)
         console.print(f"eval: versions {done} evaluated")
 
 

@@ -9,29 +9,12 @@ from typing import Any, Optional
 
 import typer
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
 
-from infra.cli_common import BootstrapOpt, ConfigOpt, NamespaceOpt, cluster, console, user_errors
-from infra.config import load_config, load_yaml, resolve_kafka
-from streams import NAMESPACE_PATTERN, KafkaSettings
+from infra.cli_common import BootstrapOpt, ConfigOpt, NamespaceOpt, cluster, component, console, run_config, user_errors
 from streams.archive import ArchiveConfig
 
 DEFAULT_ROOT = ArchiveConfig.model_fields["root"].default
 RootOpt = typer.Option(None, "--root", help=f"archive directory or URI (default: the config's archive.root, else {DEFAULT_ROOT}).")
-
-
-class ArchiveSections(BaseModel):
-    """The sections `undertow archive` reads; the others belong to other stages."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    namespace: str = Field("undertow", pattern=NAMESPACE_PATTERN, description="topic namespace to archive")
-    kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="how to reach the brokers")
-    archive: ArchiveConfig = Field(default_factory=ArchiveConfig, description="what to archive, and where")
-
-
-def load_archive_config(path: Path) -> ArchiveSections:
-    return load_config(path, ArchiveSections)
 
 
 def archive(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="Run config (YAML)."),
@@ -43,8 +26,8 @@ def archive(config: Path = typer.Argument(..., exists=True, dir_okay=False, help
     from streams.archive import Archiver
 
     with user_errors():
-        cfg = load_archive_config(config)
-        archiver = Archiver(cfg.archive, resolve_kafka(cfg.kafka), cfg.namespace)
+        cfg, context = component(config)
+        archiver = Archiver(cfg.archive, context.kafka, context.namespace)
     stop = {"requested": False}
 
     def handle(signum: int, _frame: Any) -> None:
@@ -61,11 +44,7 @@ def archive(config: Path = typer.Argument(..., exists=True, dir_okay=False, help
 def _root(root: Optional[str], config: Optional[Path]) -> str:
     if root:
         return root
-    if config:
-        section = load_yaml(config).get("archive") or {}
-        if isinstance(section, dict) and section.get("root"):
-            return str(section["root"])
-    return DEFAULT_ROOT
+    return run_config(config).archive.root if config else DEFAULT_ROOT
 
 
 def _history(root: Optional[str], config: Optional[Path], namespace: Optional[str], live: bool,

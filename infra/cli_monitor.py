@@ -7,33 +7,21 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from pydantic import BaseModel, ConfigDict, Field
 
-from infra.cli_common import console, user_errors
-from infra.config import load_config, resolve_kafka
-from infra.monitor import Monitor, MonitorConfig
-from streams import NAMESPACE_PATTERN, KafkaSettings
-
-
-class MonitorSections(BaseModel):
-    """The sections `undertow monitor` reads; the others belong to other stages."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    namespace: str = Field("undertow", pattern=NAMESPACE_PATTERN, description="whose metrics topic to follow")
-    kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="how to reach the brokers")
-    monitor: MonitorConfig = Field(default_factory=MonitorConfig, description="the sinks")
+from infra.cli_common import BootstrapOpt, console, context_of, run_config, user_errors
+from infra.monitor import Monitor
 
 
 def monitor(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="Run config (YAML) with a monitor section."),
             idle_timeout: Optional[float] = typer.Option(None, help="Stop after this many seconds without metrics."),
-            ) -> None:
+            bootstrap: Optional[str] = BootstrapOpt) -> None:
     """Write every metric to TensorBoard / W&B / MLflow (the monitor section); resumes after its last commit."""
     with user_errors():
-        cfg = load_config(config, MonitorSections)
+        cfg = run_config(config)
         if not cfg.monitor.sinks:
             raise ValueError(f"{config}: monitor.sinks is empty; name at least one of tensorboard, wandb, mlflow")
-        monitor_ = Monitor(cfg.monitor, resolve_kafka(cfg.kafka), cfg.namespace)  # a missing extra: one red line
+        context = context_of(cfg, bootstrap)
+        monitor_ = Monitor(cfg.monitor, context)  # a missing extra: one red line
     stop = {"requested": False}
 
     def handle(signum: int, _frame: Any) -> None:

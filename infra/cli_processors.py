@@ -9,31 +9,8 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from pydantic import BaseModel, ConfigDict, Field
 
-from infra.cli_common import console, user_errors
-from infra.config import ConfigError, load_cluster_config, load_config, resolve_kafka
-from processors.config import ProcessorsConfig
-from processors.pipeline import Pipeline
-from kernel.models import ModelSpec
-
-
-class ProcessorsSections(BaseModel):
-    """The sections `undertow process` reads; the others belong to other stages."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    model: ModelSpec = Field(default_factory=ModelSpec, description="the policy model (checked, not used)")
-    processors: ProcessorsConfig = Field(default_factory=ProcessorsConfig, description="the processor stage")
-
-
-def load_processors_config(path: Path) -> ProcessorsConfig:
-    cfg = load_config(path, ProcessorsSections).processors
-    try:
-        Pipeline.from_config(cfg.pipeline)  # unknown names and wrong arguments fail here, before Kafka
-    except (ValueError, TypeError, RuntimeError) as e:
-        raise ConfigError(f"{path}: processors.pipeline: {e}") from None
-    return cfg
+from infra.cli_common import component, console, user_errors
 
 
 def process(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="YAML run config."),
@@ -42,15 +19,14 @@ def process(config: Path = typer.Argument(..., exists=True, dir_okay=False, help
             worker_name: Optional[str] = typer.Option(None, hidden=True)) -> None:
     """Run the processor pipeline until SIGTERM/SIGINT."""
     with user_errors():
-        cfg = load_processors_config(config)
+        run, context = component(config)  # the pipeline's names and arguments fail here, before Kafka
+        cfg = run.processors
         if idle_exit is not None:
             cfg = cfg.model_copy(update={"idle_exit_s": idle_exit})
-        cluster = load_cluster_config(config)
-        kafka = resolve_kafka(cluster.kafka)
     if workers == 1:
         from processors.runner import run_worker
 
-        run_worker(cfg, cluster.namespace, kafka, worker_name)
+        run_worker(cfg, context, worker_name)
         return
     raise typer.Exit(run_children(config, workers, idle_exit))
 

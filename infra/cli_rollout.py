@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from infra.cli_common import BootstrapOpt, cluster, console, user_errors
+from infra.cli_common import BootstrapOpt, component, console, user_errors
 
 rollout_cli = typer.Typer()
 
@@ -27,8 +27,8 @@ def rollout(config: Path = ConfigArg,
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     with user_errors():
-        kafka, _ = cluster(config, bootstrap, None)
-        done = run(config, kafka, workers=workers, max_tasks=max_tasks, idle_timeout=idle_timeout)
+        cfg, context = component(config, bootstrap)
+        done = run(cfg.rollout, context, workers=workers, max_tasks=max_tasks, idle_timeout=idle_timeout)
         console.print(f"rollout: {done} task(s) done")
 
 
@@ -40,8 +40,8 @@ def feed(config: Path = ConfigArg,
     from rollout.main import feed as run_feed
 
     with user_errors():
-        kafka, _ = cluster(config, bootstrap, None)
-        published = run_feed(config, kafka, max_tasks=max_tasks)
+        cfg, context = component(config, bootstrap)
+        published = run_feed(cfg.feeder, context, max_tasks=max_tasks)
         console.print(f"feed: {published} task(s) published")
 
 

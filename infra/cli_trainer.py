@@ -9,15 +9,7 @@ from typing import Optional
 
 import typer
 
-from infra.cli_common import console, user_errors
-from infra.config import load_config, resolve_kafka
-
-
-def load_train_config(path: Path):
-    """The namespace, kafka, model and trainer sections of a run config; the others are ignored."""
-    from trainer.config import TrainRunConfig  # torch comes with it: only when training
-
-    return load_config(path, TrainRunConfig)
+from infra.cli_common import component, console, user_errors
 
 
 def train(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="Run config (YAML)."),
@@ -29,12 +21,11 @@ def train(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="
     from trainer.runner import Budget, run
 
     with user_errors():
-        cfg = load_train_config(config)  # a bad config fails here, before any process starts
+        cfg, context = component(config)  # a bad config fails here, before any process starts
         if nproc > 1 and "LOCAL_RANK" not in os.environ:
             _exec_torchrun(nproc, [str(config), *(["--max-steps", str(max_steps)] if max_steps else []),
                                    *(["--idle-timeout", str(idle_timeout)] if idle_timeout else [])])
-        kafka = resolve_kafka(cfg.kafka)
-        state = run(cfg.model, cfg.trainer, kafka, cfg.namespace, Budget(max_steps, idle_timeout))
+        state = run(cfg.trainer, context, Budget(max_steps, idle_timeout))
         console.print(f"trainer stopped at step {state.step} (published version {state.published_version})")
 
 

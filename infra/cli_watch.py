@@ -10,31 +10,24 @@ from typing import Optional
 
 import typer
 
-from infra.cli_common import BootstrapOpt, console, user_errors
-from infra.config import load_config, resolve_kafka
-from streams import KafkaSettings
+from infra.cli_common import BootstrapOpt, console, context_of, run_config, user_errors
 
 
 def watch(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="Run config (YAML) with a watchers section."),
           bootstrap: Optional[str] = BootstrapOpt) -> None:
     """Alert on stream statistics (the watchers section) into the metrics topic; resumes after each one's last commit."""
-    from watchers.config import WatchSections, watcher_specs
     from watchers.runner import run_watchers
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("kafka").setLevel(logging.WARNING)  # a consumer and producer per watcher: too chatty at INFO
     with user_errors():
-        cfg = load_config(config, WatchSections)
+        cfg = run_config(config)
         if not cfg.watchers:
             raise ValueError(f"{config}: watchers is empty; name at least one of the registered watchers")
-        specs = watcher_specs(cfg.watchers)
-        kafka = cfg.kafka
-        if bootstrap:
-            kafka = kafka.model_copy(update={"bootstrap_servers": KafkaSettings(bootstrap_servers=bootstrap).bootstrap_servers})
-        kafka = resolve_kafka(kafka)
+        context = context_of(cfg, bootstrap)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    stats = run_watchers(specs, kafka, cfg.namespace, stop)
+    stats = run_watchers(cfg.watchers, context, stop)
     for name, s in stats.items():
         console.print(f"watcher {name}: {s.records} records, {s.alerts} alerts, {s.errors} errors")

@@ -5,20 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from infra.broker import LocalKafka
-from kernel.config_io import ConfigError, load_config, load_yaml, validation_message  # noqa: F401 (re-exported)
-from streams import NAMESPACE_PATTERN, KafkaSettings
-
-
-class ClusterConfig(BaseModel):
-    """The part of every config that says which cluster and which namespace to use."""
-
-    model_config = ConfigDict(extra="ignore")  # the other sections belong to other commands
-
-    namespace: str = Field("undertow", pattern=NAMESPACE_PATTERN, description="prefix of every topic name: <namespace>.tasks, …")
-    kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="how to reach the brokers")
+from kernel.config_io import ConfigError, load_yaml, validation_message  # noqa: F401 (re-exported)
+from streams import KafkaSettings
 
 
 def home() -> Path:
@@ -28,11 +17,6 @@ def home() -> Path:
 
 def default_broker_dir() -> Path:
     return home() / "broker"
-
-
-def load_cluster_config(path: str | Path | None) -> ClusterConfig:
-    """The cluster section of a config file (defaults when no file)."""
-    return ClusterConfig() if path is None else load_config(path, ClusterConfig)
 
 
 def resolve_kafka(settings: KafkaSettings, broker_dir: Path | None = None) -> KafkaSettings:

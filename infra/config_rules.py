@@ -7,7 +7,7 @@ Each has a test that breaks it (tests/infra/test_config_rules.py counts them).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from processors.pipeline import Pipeline
 from trainer.objectives import objectives
@@ -17,16 +17,25 @@ if TYPE_CHECKING:
 
 Rule = Callable[["RunConfig"], Iterator[str]]
 RULES: dict[str, Rule] = {}
+# Rules about how `undertow run` wires its stages together; a component command started on its own
+# (e.g. `undertow train` on a namespace `undertow replay` filled) is not bound by them.
+WHOLE_RUN: set[str] = set()
 
 
-def rule(fn: Rule) -> Rule:
-    RULES[fn.__name__] = fn
-    return fn
+def rule(fn: Rule | None = None, *, whole_run: bool = False) -> Any:
+    def register(fn: Rule) -> Rule:
+        RULES[fn.__name__] = fn
+        if whole_run:
+            WHOLE_RUN.add(fn.__name__)
+        return fn
+    return register(fn) if fn is not None else register
 
 
-def problems(config: "RunConfig") -> list[str]:
-    """What every rule finds wrong with `config`, in rule order."""
-    return [message for check in RULES.values() for message in check(config)]
+def problems(config: "RunConfig", *, whole_run: bool = True) -> list[str]:
+    """What the rules find wrong with `config`, in rule order; `whole_run=False` (a component command)
+    leaves out the rules about how `undertow run` wires the stages."""
+    return [message for name, check in RULES.items() if whole_run or name not in WHOLE_RUN
+            for message in check(config)]
 
 
 @rule
@@ -55,7 +64,7 @@ def one_sampling_temperature(cfg: "RunConfig") -> Iterator[str]:
                f"the trainer recomputes log-probs at its temperature, so every importance ratio would be skewed")
 
 
-@rule
+@rule(whole_run=True)
 def objective_trains_on_what_the_processors_write(cfg: "RunConfig") -> Iterator[str]:
     """The trainer reads only its objective's record type; in a run, experiences.ready holds what
     the processors pipeline writes, so any other type would leave it refusing every record."""

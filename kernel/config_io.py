@@ -1,14 +1,12 @@
-"""Reading a config file, and one error format for every stage: `source: field.path: what was expected`."""
+"""Reading a config file, and one error format for every stage: `source: field.path: what was expected`.
+The one model of a run file is infra/run_config.py's RunConfig."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
-
-M = TypeVar("M", bound=BaseModel)
+from pydantic import ValidationError
 
 
 class ConfigError(ValueError):
@@ -21,7 +19,8 @@ def validation_message(source: str, error: ValidationError) -> str:
     for e in error.errors():
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
         got = f" (got {e['input']!r})" if "input" in e and not isinstance(e["input"], dict) else ""
-        lines.append(f"{source}: {loc}: {e['msg']}{got}")
+        msg = e["msg"].removeprefix("Value error, ")  # pydantic's wrapper of a validator's own message
+        lines.append(f"{source}: {loc}: {msg}{got}")
     return "\n".join(lines)
 
 
@@ -35,10 +34,3 @@ def load_yaml(path: str | Path) -> dict:
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data
 
-
-def load_config(path: str | Path, model: type[M]) -> M:
-    """A YAML file validated as `model`; errors name the field and what was expected."""
-    try:
-        return model.model_validate(load_yaml(path))
-    except ValidationError as e:
-        raise ConfigError(validation_message(str(path), e)) from None

@@ -1,10 +1,10 @@
-"""The `processors` section of a run config."""
+"""The `processors` section of a run config; its pipeline's names and arguments are checked as it loads."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 DEFAULT_PIPELINE: list[Any] = ["clean", "reshape", "prioritize"]
 
@@ -35,3 +35,14 @@ class ProcessorsConfig(BaseModel):
                             "other partitions never counts: see streams/faust/delivery.py)")
     idle_exit_s: float | None = Field(
         None, gt=0, description="stop after this many seconds without a record (tests, benchmarks); None: run until SIGTERM")
+
+    @field_validator("pipeline")
+    @classmethod
+    def _pipeline_builds(cls, entries: list[str | dict[str, Any]]) -> list[str | dict[str, Any]]:
+        from processors.pipeline import Pipeline  # the stages' module imports this one's siblings
+
+        try:  # unknown names and wrong arguments fail here, before a broker or a process starts
+            Pipeline.from_config(entries)
+        except (TypeError, RuntimeError) as e:
+            raise ValueError(str(e)) from None
+        return entries

@@ -13,7 +13,7 @@ import socket
 from typing import Callable
 
 from schemas import Experience, MetricEvent, encode
-from streams import KafkaSettings, Topics
+from streams import RunContext, Topics
 from streams.faust import App, DeadLetter, Send, SourceRecord, WorkerPlan, build_worker_app, run_app
 from processors.config import ProcessorsConfig
 from processors.groups import Arrival
@@ -21,9 +21,10 @@ from processors.pipeline import Output, Pipeline
 from processors.state import StageContext, StateStore
 
 
-def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worker: str | None = None) -> App:
-    """The processor app: the pipeline on experiences.raw, ticked for timeouts, its counters reported."""
-    topics = Topics(namespace)
+def build_app(cfg: ProcessorsConfig, context: RunContext, worker: str | None = None) -> App:
+    """The processor app of the `processors:` section `cfg`: the pipeline on experiences.raw, ticked for
+    timeouts, its counters reported."""
+    namespace, topics = context.namespace, context.topics
     worker = worker or f"{socket.gethostname()}-{os.getpid()}"
     # The app id names the consumer group and the state changelogs: one per namespace, so that runs
     # sharing a cluster never share dedupe or group state.
@@ -39,7 +40,7 @@ def build_app(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worke
                                         max_open_groups=cfg.max_open_groups)
         return PipelineJob(pipeline, topics, worker)
 
-    return build_worker_app(plan, kafka, start)
+    return build_worker_app(plan, context.kafka, start)
 
 
 class PipelineJob:
@@ -68,7 +69,7 @@ class PipelineJob:
         return sent
 
 
-def run_worker(cfg: ProcessorsConfig, namespace: str, kafka: KafkaSettings, worker: str | None = None) -> None:
+def run_worker(cfg: ProcessorsConfig, context: RunContext, worker: str | None = None) -> None:
     """Run one worker until SIGTERM/SIGINT (or `idle_exit_s` without records)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    run_app(build_app(cfg, namespace, kafka, worker))
+    run_app(build_app(cfg, context, worker))

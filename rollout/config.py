@@ -1,16 +1,13 @@
-"""The `feeder` and `rollout` sections of a run's YAML config, and how a command loads them."""
+"""The `feeder`, `rollout` and `eval` sections of a run's YAML config (the whole file's model is
+infra/run_config.py's RunConfig)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from kernel.models import ModelSpec
-from kernel.config_io import ConfigError, load_config
 from kernel.registry import checked_entry
-from streams import NAMESPACE_PATTERN, KafkaSettings
 
 from rollout.engines import engines
 from rollout.engines.base import SamplingParams
@@ -124,37 +121,3 @@ class EvalConfig(BaseModel):
         return self
 
 
-class _RunBase(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # the other stages' sections are theirs to validate
-
-    namespace: str = Field("undertow", pattern=NAMESPACE_PATTERN, description="topic namespace")
-    kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="how to reach the brokers")
-    model: ModelSpec = Field(default_factory=ModelSpec, description="the policy model")
-
-
-class FeedRunConfig(_RunBase):
-    """What `undertow feed` reads: namespace, kafka, model and `feeder:`."""
-
-    feeder: FeederConfig = Field(default_factory=FeederConfig, description="the task feeder")
-
-
-class RolloutRunConfig(_RunBase):
-    """What `undertow rollout` reads: namespace, kafka, model and `rollout:`."""
-
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="the rollout workers")
-
-
-class EvalRunConfig(_RunBase):
-    """What `undertow eval` reads: namespace, kafka, model, `rollout:` (engine, reward, prompt form)
-    and `eval:`."""
-
-    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="engine, reward and prompt form")
-    eval: EvalConfig = Field(default_factory=EvalConfig, description="the held-out evaluation")
-
-
-RolloutConfigError = ConfigError  # the name rollout's callers know
-
-
-def load_run_config(path: str | Path, kind: type[_RunBase]) -> Any:
-    """Read and validate `kind` (FeedRunConfig / RolloutRunConfig); errors name the field."""
-    return load_config(path, kind)

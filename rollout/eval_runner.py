@@ -12,9 +12,10 @@ import threading
 from pathlib import Path
 
 from schemas import EvalResult, MetricEvent
-from streams import KafkaSettings, RecordProducer, Topics
+from streams import RecordProducer, RunContext, Topics
 
-from rollout.config import EvalRunConfig
+from kernel.models import ModelSpec
+from rollout.config import EvalConfig, RolloutConfig
 from rollout.engines import build_engine
 from rollout.evaluation import Evaluator, metric_values
 from rollout.weight_subscriber import WeightSubscriber
@@ -24,14 +25,14 @@ COMPONENT = "eval"
 CATCH_UP_S = 30.0
 
 
-def follow(config: EvalRunConfig, settings: KafkaSettings, stop: threading.Event) -> list[int]:
-    """Evaluate versions as the trainer publishes them, until `stop`; returns the versions evaluated."""
-    topics = Topics(config.namespace)
-    evaluator = Evaluator(build_engine(config.rollout.engine, config.model), config.rollout, config.eval,
-                          config.model.name)
-    producer = RecordProducer(settings)
+def follow(cfg: EvalConfig, rollout: RolloutConfig, run: RunContext, stop: threading.Event) -> list[int]:
+    """Evaluate versions as the trainer publishes them, until `stop`; returns the versions evaluated.
+    `rollout` gives the engine, the reward and the prompt form."""
+    topics = run.topics
+    evaluator = Evaluator(build_engine(rollout.engine, run.model), rollout, cfg, run.model.name)
+    producer = RecordProducer(run.kafka)
     # A side consumer: it takes a broadcast version from its files, never slowing the trainer's group.
-    subscriber = WeightSubscriber(settings, topics, config.model.name, producer, join_broadcast=False)
+    subscriber = WeightSubscriber(run.kafka, topics, run.model.name, producer, join_broadcast=False)
     subscriber.start()
     subscriber.caught_up.wait(CATCH_UP_S)  # the newest version already published is where we start
     done: list[int] = []
@@ -42,7 +43,7 @@ def follow(config: EvalRunConfig, settings: KafkaSettings, stop: threading.Event
             ready = subscriber.take()
             if ready is not None and subscriber.load(ready, evaluator.engine) is not None:
                 held = ready.version
-            if not done or (held != done[-1] and (held % config.eval.every == 0 or stopping)):
+            if not done or (held != done[-1] and (held % cfg.every == 0 or stopping)):
                 publish(producer, topics, evaluator.evaluate(held))
                 done.append(held)
             if stopping:
@@ -67,13 +68,13 @@ def publish(producer: RecordProducer, topics: Topics, results: list[EvalResult])
     producer.flush()
 
 
-def evaluate_checkpoint(config: EvalRunConfig, directory: Path) -> list[EvalResult]:
+def evaluate_checkpoint(cfg: EvalConfig, rollout: RolloutConfig, model: ModelSpec, directory: Path) -> list[EvalResult]:
     """Score an HF directory (or a trainer checkpoint holding `hf/`) once; no broker needed."""
     hf = directory / "hf" if (directory / "hf").is_dir() else directory
     if not any(hf.glob("*.safetensors")) and not any(hf.glob("*.bin")):
         raise ValueError(f"--checkpoint {directory}: no weights (*.safetensors) there or in its hf/")
-    spec = config.model.model_copy(update={"init_from": str(hf)})
-    evaluator = Evaluator(build_engine(config.rollout.engine, spec), config.rollout, config.eval, spec.name)
+    spec = model.model_copy(update={"init_from": str(hf)})
+    evaluator = Evaluator(build_engine(rollout.engine, spec), rollout, cfg, spec.name)
     return evaluator.evaluate(version=_version_of(directory))
 
 

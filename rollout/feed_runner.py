@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from schemas import DecodeError, Task, TaskStat, decode
-from streams import GroupLag, KafkaSettings, RecordConsumer, RecordProducer, Topics
+from streams import GroupLag, KafkaSettings, RecordConsumer, RecordProducer, RunContext
 from streams.consumer import read_to_end
 
-from rollout.config import FeedRunConfig, FeederConfig, rollout_group
+from rollout.config import FeederConfig, rollout_group
 from rollout.feeder import TaskSampler, load_items
 from rollout.feeder.sampler import Difficulty, Taskset
 
@@ -44,12 +44,12 @@ class FeedStats:
 class Feeder:
     """Publishes tasks until the sampler runs dry, `max_tasks` are out, or `stop` is set."""
 
-    def __init__(self, config: FeedRunConfig, settings: KafkaSettings):
-        cfg = config.feeder
-        self.cfg, self.topics, self.settings = cfg, Topics(config.namespace), settings
+    def __init__(self, cfg: FeederConfig, run: RunContext):
+        settings = run.kafka
+        self.cfg, self.topics, self.settings = cfg, run.topics, settings
         self.sampler = build_sampler(cfg)
         self.producer = RecordProducer(settings)
-        self.lag = GroupLag(settings, self.topics.tasks, cfg.consumer_group or rollout_group(config.namespace))
+        self.lag = GroupLag(settings, self.topics.tasks, cfg.consumer_group or rollout_group(run.namespace))
         self.task_stats: RecordConsumer[TaskStat] = RecordConsumer(
             settings, [], group_id=None, expect=TaskStat, rejected_topic=self.topics.rejected,
             producer=self.producer, stage="feeder")

@@ -14,10 +14,10 @@ import time
 from dataclasses import dataclass
 
 from schemas import MAX_RECORD_BYTES, Experience, MetricEvent, Task, encode
-from streams import Delivery, KafkaSettings, RecordConsumer, RecordProducer, Topics
+from streams import Delivery, RecordConsumer, RecordProducer, RunContext
 
 from rollout.admission import Admission
-from rollout.config import RolloutRunConfig, rollout_group
+from rollout.config import RolloutConfig, rollout_group
 from rollout.engines import build_engine
 from rollout.experiences import to_experiences
 from rollout.rewards import build_reward
@@ -42,11 +42,11 @@ class WorkerStats:
 class RolloutWorker:
     """One member of the rollout consumer group."""
 
-    def __init__(self, config: RolloutRunConfig, settings: KafkaSettings, name: str = "rollout-0"):
-        cfg = config.rollout
-        self.name, self.model_name = name, config.model.name
-        self.topics = Topics(config.namespace)
-        self.engine = build_engine(cfg.engine, config.model)
+    def __init__(self, cfg: RolloutConfig, run: RunContext, name: str = "rollout-0"):
+        settings = run.kafka
+        self.name, self.model_name = name, run.model.name
+        self.topics = run.topics
+        self.engine = build_engine(cfg.engine, run.model)
         self.ctx = WorkflowContext(engine=self.engine, sampling=cfg.sampling, reward=build_reward(cfg.reward),
                                    chat_template=cfg.chat_template)
         self.workflow = build_batch_workflow(cfg.workflow)
@@ -55,7 +55,7 @@ class RolloutWorker:
         self.wait_seconds = cfg.weights_wait_seconds
         self.producer = RecordProducer(settings)
         self.consumer: RecordConsumer[Task] = RecordConsumer(
-            settings, [self.topics.tasks], group_id=cfg.consumer_group or rollout_group(config.namespace),
+            settings, [self.topics.tasks], group_id=cfg.consumer_group or rollout_group(run.namespace),
             expect=Task, rejected_topic=self.topics.rejected, producer=self.producer, stage="rollout",
             max_poll_records=cfg.batch_tasks)
         self.subscriber = WeightSubscriber(settings, self.topics, self.model_name, self.producer)

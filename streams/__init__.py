@@ -2,6 +2,7 @@
 
 from streams.admin import TopicInfo, TopicNotFound, create_topics, describe_topics, list_topics, record_counts
 from streams.connect import KafkaUnreachable, connect
+from streams.context import RunContext
 from streams.consumer import Delivery, GroupLag, RecordConsumer
 from streams.producer import DeliveryError, RecordProducer
 from streams.settings import BOOTSTRAP_ENV, KafkaSettings
@@ -9,5 +10,5 @@ from streams.topics import CATALOG, NAMESPACE_PATTERN, TopicSpec, Topics
 
 __all__ = [
     "BOOTSTRAP_ENV", "CATALOG", "Delivery", "DeliveryError", "GroupLag", "KafkaSettings", "KafkaUnreachable", "NAMESPACE_PATTERN",
-    "RecordConsumer", "RecordProducer", "TopicInfo", "TopicNotFound", "TopicSpec", "Topics", "connect", "create_topics", "describe_topics", "list_topics", "record_counts",
+    "RecordConsumer", "RecordProducer", "RunContext", "TopicInfo", "TopicNotFound", "TopicSpec", "Topics", "connect", "create_topics", "describe_topics", "list_topics", "record_counts",
 ]

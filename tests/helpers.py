@@ -12,7 +12,7 @@ from typing import Any, Callable
 import yaml
 
 from schemas import Experience, Record, decode
-from streams import KafkaSettings, RecordProducer
+from streams import KafkaSettings, RecordProducer, RunContext
 from streams.consumer import read_to_end
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,6 +58,15 @@ def write_config(path: Path, namespace: str, **sections: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump({"namespace": namespace, "model": {"source": "tiny"}, **sections}))
     return path
+
+
+def load_run(path: Path, kafka: KafkaSettings | None = None) -> tuple[Any, RunContext]:
+    """What a component command makes of the config at `path`: the run config, and the context its
+    component is given, on the test cluster `kafka`."""
+    from infra.run_config import load_component_config
+
+    cfg = load_component_config(path)
+    return cfg, RunContext(namespace=cfg.namespace, kafka=kafka or cfg.kafka, model=cfg.model)
 
 
 # -- waiting and processes ---------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The `trainer:` section of a run config (plus the shared namespace / kafka / model sections)."""
+"""The `trainer:` section of a run config (the whole file's model is infra/run_config.py's RunConfig)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from kernel.models import ModelSpec
 from kernel.registry import checked_entry
-from streams import NAMESPACE_PATTERN, KafkaSettings
 
 from .algorithms import aggregations, kl_estimators, policy_losses
 
@@ -169,13 +167,3 @@ class TrainerConfig(_Section):
             raise ValueError(f"mini_batches: {self.mini_batches} updates cannot split a batch of {n} experiences")
         return self
 
-
-class TrainRunConfig(BaseModel):
-    """What `undertow train` reads from a run config; other stages' sections are ignored."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    namespace: str = Field("undertow", pattern=NAMESPACE_PATTERN, description="topic namespace")
-    kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="how to reach the brokers")
-    model: ModelSpec = Field(default_factory=ModelSpec, description="the policy model")
-    trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="this stage's settings")

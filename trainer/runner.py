@@ -17,7 +17,7 @@ from typing import Any
 
 from kernel.models import ModelSpec, build_tokenizer
 from schemas import MetricEvent
-from streams import KafkaSettings, RecordProducer, Topics
+from streams import KafkaSettings, RecordProducer, RunContext, Topics
 
 from .checkpoint import Ledger, PartitionOffset, TrainerState, load_checkpoint, save_checkpoint
 from .config import TrainerConfig
@@ -148,9 +148,10 @@ class Leader:
         self.producer.close()
 
 
-def run(spec: ModelSpec, cfg: TrainerConfig, kafka: KafkaSettings, namespace: str, budget: Budget,
-        stop: StopFlag | None = None) -> TrainerState:
-    """Train until a signal or the budget; returns the final state (on every rank)."""
+def run(cfg: TrainerConfig, context: RunContext, budget: Budget, stop: StopFlag | None = None) -> TrainerState:
+    """Train the `trainer:` section `cfg` in `context` until a signal or the budget; returns the final
+    state (on every rank)."""
+    spec, kafka, namespace = context.model, context.kafka, context.namespace
     stop = stop or StopFlag()
     stop.install()
     process = setup_process(cfg.engine.master_port)

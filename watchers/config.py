@@ -5,11 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
 from kernel.registry import Component, RegistryError
 from schemas import Record
-from streams import NAMESPACE_PATTERN, KafkaSettings, Topics
+from streams import Topics
 from watchers.api import READABLE, WATCHERS, reads_of
 
 Entry = str | dict[str, Any]
@@ -59,18 +57,3 @@ def checked_watchers(entries: list[Entry]) -> list[Entry]:
     watcher_specs(entries)
     return entries
 
-
-class WatchSections(BaseModel):
-    """The sections `undertow watch` reads; the others belong to other stages."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    namespace: str = Field("undertow", pattern=NAMESPACE_PATTERN, description="whose topics to watch")
-    kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="how to reach the brokers")
-    watchers: list[Entry] = Field(default_factory=list, description="watchers: a name, a dotted path, "
-                                                                    "or {name: …, **kwargs}")
-
-    @field_validator("watchers")
-    @classmethod
-    def _entries_build(cls, entries: list[Entry]) -> list[Entry]:
-        return checked_watchers(entries)

@@ -13,9 +13,9 @@ import threading
 from dataclasses import dataclass
 
 from schemas import DecodeError, decode
-from streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
+from streams import KafkaSettings, RecordConsumer, RecordProducer, RunContext, Topics
 from watchers.api import COMPONENT, alert_event, as_alerts, error_event, step_of
-from watchers.config import WatcherSpec
+from watchers.config import Entry, WatcherSpec, watcher_specs
 
 log = logging.getLogger(__name__)
 
@@ -85,10 +85,9 @@ class WatcherLoop:
             log.exception("watcher %s: could not publish its error", self.spec.name)
 
 
-def run_watchers(specs: list[WatcherSpec], kafka: KafkaSettings, namespace: str,
-                 stop: threading.Event) -> dict[str, WatcherStats]:
-    """Run every watcher until `stop` is set; returns what each one did."""
-    loops = [WatcherLoop(spec, kafka, namespace, stop) for spec in specs]
+def run_watchers(entries: list[Entry], context: RunContext, stop: threading.Event) -> dict[str, WatcherStats]:
+    """Run every watcher of the `watchers:` section until `stop` is set; returns what each one did."""
+    loops = [WatcherLoop(spec, context.kafka, context.namespace, stop) for spec in watcher_specs(entries)]
     threads = [threading.Thread(target=loop.run, name=f"watcher-{loop.spec.name}", daemon=True) for loop in loops]
     for thread in threads:
         thread.start()

@@ -17,7 +17,7 @@ from typing import Callable
 from infra.monitor.config import MonitorConfig
 from infra.monitor.sinks import Scalar, Sink, SinkContext, safe_tag, sinks
 from schemas import MetricEvent
-from streams import Delivery, KafkaSettings, RecordConsumer, Topics
+from streams import Delivery, RecordConsumer, RunContext
 
 log = logging.getLogger(__name__)
 SOURCE_LABELS = ("worker", "event", "child", "watcher")  # labels that tell two series of one component apart
@@ -51,8 +51,9 @@ class MonitorStats:
 
 
 class Monitor:
-    def __init__(self, cfg: MonitorConfig, kafka: KafkaSettings, namespace: str):
-        self.cfg, self.kafka, self.topics = cfg, kafka, Topics(namespace)
+    def __init__(self, cfg: MonitorConfig, context: RunContext):
+        namespace = context.namespace
+        self.cfg, self.kafka, self.topics = cfg, context.kafka, context.topics
         self.context = SinkContext(Path(cfg.dir), cfg.run or namespace, cfg.stage, namespace)
         self.sinks: list[Sink] = [sinks.resolve(entry)(self.context) for entry in cfg.sinks]
         self.clock = VersionClock()

@@ -8,11 +8,10 @@ import pytest
 
 from schemas import Experience, Rejected, Task, WeightUpdate, chunk_weights
 from streams import RecordProducer, Topics
-from rollout.config import RolloutRunConfig, load_run_config
 from rollout.weight_subscriber import WeightSubscriber
 from rollout.worker import RolloutWorker
 from tests.hostile.helpers import fields_of, fresh_namespace, pack
-from tests.helpers import read_all, wait_for, write_config
+from tests.helpers import load_run, read_all, wait_for, write_config
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -26,8 +25,10 @@ def test_a_rollout_worker_dead_letters_bad_tasks_and_oversize_experiences(kafka,
     namespace = fresh_namespace(kafka, "tasks")
     topics = Topics(namespace)
     path = write_config(tmp_path / "run.yaml", namespace,
-                        rollout={"workflow": "tests.hostile.rollout_plugins.scripted", "max_staleness": 100})
-    worker = RolloutWorker(load_run_config(path, RolloutRunConfig), kafka, "w")
+                        rollout={"workflow": "tests.hostile.rollout_plugins.scripted", "max_staleness": 100},
+                        trainer={"batching": {"max_staleness": 100}})
+    cfg, context = load_run(path, kafka)
+    worker = RolloutWorker(cfg.rollout, context, "w")
     stats = {}
     thread = threading.Thread(target=lambda: stats.update(done=worker.run(idle_timeout=3)))
     with RecordProducer(kafka) as producer:

@@ -73,3 +73,20 @@ def test_a_stage_that_breaks_a_rule_fails_naming_the_stage(tmp_path):
               {"name": "pairs", "steps": 2, "trainer": {"algorithm": {"objective": "dpo"}}}]
     code, output = check(tmp_path, {"run": {"stages": stages}})
     assert code == 2 and "run.stages.1 (pairs)" in output and "objective (dpo)" in output, output
+
+
+def test_a_component_command_keeps_every_rule_but_the_whole_runs(tmp_path):
+    """`undertow train` on a namespace `undertow replay --shape dpo_pairs` filled is how DPO runs: the
+    objective rule is about what `undertow run` wires, so a component command is not bound by it;
+    the rules about one stage's processes (here the temperatures) bind it like the run."""
+    from infra.config import ConfigError
+    from infra.config_rules import WHOLE_RUN
+    from infra.run_config import load_component_config
+
+    assert WHOLE_RUN == {"objective_trains_on_what_the_processors_write"}
+    dpo = write_config(tmp_path / "dpo.yaml", "lab", trainer={"algorithm": {"objective": "dpo"}})
+    assert load_component_config(dpo).trainer.algorithm.objective == "dpo"
+    assert check(tmp_path, {"trainer": {"algorithm": {"objective": "dpo"}}})[0] == 2
+    hot = write_config(tmp_path / "hot.yaml", "lab", rollout={"sampling": {"temperature": 0.7}})
+    with pytest.raises(ConfigError, match=r"rollout.sampling.temperature \(0.7\) must equal"):
+        load_component_config(hot)

@@ -16,7 +16,7 @@ from infra.monitor.sinks import EXTRA
 from infra.run import Run
 from infra.run_config import RunConfig
 from schemas import MetricEvent
-from streams import Topics
+from streams import RunContext, Topics
 from tests.helpers import ROOT, cli, produce
 from tests.infra.sink_files import mlflow_points, tensorboard_points, wandb_points
 
@@ -96,7 +96,7 @@ class JsonLinesSink:
 
 def monitor_once(kafka, namespace: str, directory: Path, **sink_kwargs) -> Monitor:
     sink = {"name": "tests.infra.test_monitor.JsonLinesSink", **sink_kwargs}
-    monitor = Monitor(MonitorConfig(sinks=[sink], dir=str(directory)), kafka, namespace)
+    monitor = Monitor(MonitorConfig(sinks=[sink], dir=str(directory)), RunContext(namespace=namespace, kafka=kafka))
     monitor.run(stop=lambda: False, idle_timeout_s=2)
     return monitor
 
@@ -169,7 +169,8 @@ def test_run_starts_a_monitor_only_when_the_section_names_sinks(monkeypatch, kaf
 @pytest.mark.broker
 def test_a_stopped_monitor_first_writes_what_is_already_on_the_topic(kafka, namespace, tmp_path):
     send(kafka, namespace, [trainer(1), trainer(2)])
-    monitor = Monitor(MonitorConfig(sinks=["tests.infra.test_monitor.JsonLinesSink"], dir=str(tmp_path)), kafka, namespace)
+    monitor = Monitor(MonitorConfig(sinks=["tests.infra.test_monitor.JsonLinesSink"], dir=str(tmp_path)),
+                      RunContext(namespace=namespace, kafka=kafka))
     stats = monitor.run(stop=lambda: True)  # SIGTERM from `undertow run` at the end of a stage
     assert stats.events == 2 and [p[:2] for p in points(tmp_path)] == [
         ["trainer/loss", 1], ["trainer/reward_mean", 1], ["trainer/loss", 2], ["trainer/reward_mean", 2]]

@@ -4,18 +4,15 @@ LoRA; the held-out set is >= 200 different problems none of which training can d
 
 from pathlib import Path
 
-from infra.run_config import load_run_config, stage_mapping
-from kernel.config_io import load_config
+from infra.run_config import load_component_config, load_run_config, stage_mapping
 from kernel.models.sources import model_sources
 from processors.config import ProcessorsConfig
 from processors.pipeline import Pipeline
-from rollout.config import EvalRunConfig, FeedRunConfig, RolloutRunConfig
 from rollout.engines.base import engines
 from rollout.evaluation import load_heldout
 from rollout.feeder import load_items
 from rollout.rewards import build_reward, total
 from schemas import Task
-from trainer.config import TrainRunConfig
 from trainer.engine import deepspeed_config
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "smollm2_arithmetic.yaml"
@@ -24,13 +21,12 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "smollm2_arithmetic
 def test_every_command_reads_its_section():
     config, raw = load_run_config(EXAMPLE)
     assert config.model.source == "gguf" and config.run.steps
-    for kind in (FeedRunConfig, RolloutRunConfig, EvalRunConfig, TrainRunConfig):
-        load_config(EXAMPLE, kind)  # raises, naming the field, if a section is wrong for its command
+    assert load_component_config(EXAMPLE) == config  # what every component command reads
     model_sources.get(config.model.source).check(config.model)
     assert engines.resolve(config.rollout.engine).name == "transformers"
     pipeline = Pipeline.from_config(ProcessorsConfig.model_validate(stage_mapping(raw, None)["processors"]).pipeline)
     assert len(pipeline.stages) == 2
-    trainer = load_config(EXAMPLE, TrainRunConfig).trainer
+    trainer = config.trainer
     assert trainer.lora is not None and trainer.algorithm.temperature == config.rollout.sampling.temperature
     assert deepspeed_config(trainer.engine, world_size=1)["train_micro_batch_size_per_gpu"] >= 1
 

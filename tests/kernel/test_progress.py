@@ -12,7 +12,7 @@ from rich.console import Console
 
 from kernel.models import gguf
 from kernel.progress import progress
-from rollout.config import EvalRunConfig
+from infra.run_config import RunConfig
 from rollout.engines import build_engine
 from rollout.evaluation import Evaluator
 from schemas import MetricEvent
@@ -43,7 +43,7 @@ def test_a_bar_draws_on_a_terminal_and_nothing_elsewhere():
 
 def test_an_evaluation_counts_every_prompt_of_both_passes(monkeypatch, capsys):
     monkeypatch.setenv("TTY_COMPATIBLE", "1")  # rich: stderr is a terminal
-    cfg = EvalRunConfig.model_validate({
+    cfg = RunConfig.model_validate({
         "rollout": {"chat_template": False, "sampling": {"max_new_tokens": 2}, "reward": "tests.rollout.plugins.sevens"},
         "eval": {"tasksets": [{"name": "sums-heldout", "source": {"name": "sums", "size": 70, "seed": 7}}],
                  "greedy": True, "samples": 2}})

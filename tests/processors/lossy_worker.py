@@ -10,6 +10,7 @@ arrives behind its read position); `unfetched`: the consumer never offers them.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from faust.transport.drivers.aiokafka import Consumer
@@ -17,8 +18,7 @@ from faust.transport.drivers.aiokafka import Consumer
 import processors.runner
 import streams.faust.books
 import streams.faust.worker
-from infra.cli_processors import load_processors_config
-from infra.config import load_cluster_config, resolve_kafka
+from infra.cli_common import component
 
 
 def losing(base: type[Consumer], partition: int) -> type[Consumer]:
@@ -52,8 +52,8 @@ def main(config: str, mode: str, partition: int) -> None:
         streams.faust.worker.booked_consumer = lambda *args: losing(booked(*args), partition)
     else:
         raise SystemExit(f"unknown mode {mode}")
-    cfg, cluster = load_processors_config(config), load_cluster_config(config)
-    processors.runner.run_worker(cfg, cluster.namespace, resolve_kafka(cluster.kafka))
+    cfg, context = component(Path(config))
+    processors.runner.run_worker(cfg.processors, context)
 
 
 if __name__ == "__main__":

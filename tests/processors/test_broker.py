@@ -29,7 +29,7 @@ def start(tmp_path: Path, namespace: str, workers: int = 1, **section) -> subpro
     section = {"pipeline": PIPELINE, "app_id": f"proc-{namespace}", "metrics_every_s": 1.0,
                "group_timeout_s": 120, **section}
     config = tmp_path / "run.yaml"
-    config.write_text(yaml.safe_dump({"namespace": namespace, "processors": section, "trainer": {"ignored": 1}}))
+    config.write_text(yaml.safe_dump({"namespace": namespace, "processors": section}))
     log = open(tmp_path / f"process-{workers}.log", "w")
     return subprocess.Popen([sys.executable, "-m", "infra.cli", "process", str(config), "--workers", str(workers)],
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -6,7 +6,7 @@ import yaml
 from typer.testing import CliRunner
 
 from infra.cli import app
-from infra.cli_processors import load_processors_config
+from infra.run_config import load_component_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,5 +35,5 @@ def test_every_shipped_processors_config_loads():
     configs = sorted((ROOT / "examples").glob("processors_*.yaml"))
     assert len(configs) == 1
     for path in configs:
-        cfg = load_processors_config(path)
+        cfg = load_component_config(path).processors
         assert [e if isinstance(e, str) else e["name"] for e in cfg.pipeline] == ["clean", "score", "reshape", "prioritize"]

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from kernel.models import ModelSpec, build_model, weights_to_bytes
-from rollout.config import EvalRunConfig
+from infra.run_config import RunConfig
 from rollout.engines import build_engine
 from rollout.eval_runner import follow
 from rollout.evaluation import Evaluator, pass_at_k
 from schemas import EvalResult, MetricEvent, chunk_weights
-from streams import RecordProducer, Topics
+from streams import RecordProducer, RunContext, Topics
 from trainer.publish import publish_weights
 
 from tests.helpers import read_all
@@ -23,8 +23,8 @@ from tests.helpers import read_all
 HELDOUT = {"tasksets": [{"name": "sums-heldout", "source": {"name": "sums", "size": 24, "seed": 7}}]}
 
 
-def config(**eval_section) -> EvalRunConfig:
-    return EvalRunConfig.model_validate({
+def config(**eval_section) -> RunConfig:
+    return RunConfig.model_validate({
         "namespace": "ev", "rollout": {"chat_template": False, "sampling": {"max_new_tokens": 3},
                                        "reward": "tests.rollout.plugins.sevens"},
         "eval": {**HELDOUT, **eval_section}})
@@ -68,7 +68,7 @@ def test_greedy_accuracy_and_pass_at_k_of_the_tiny_model():
 def test_a_taskset_without_answers_is_refused(tmp_path):
     path = tmp_path / "tasks.jsonl"
     path.write_text('{"prompt": "say hi"}\n')
-    cfg = EvalRunConfig.model_validate({"eval": {"tasksets": [{"name": "open", "source": {"name": "jsonl",
+    cfg = RunConfig.model_validate({"eval": {"tasksets": [{"name": "open", "source": {"name": "jsonl",
                                                                                        "path": str(path)}}]}})
     with pytest.raises(ValueError, match="eval.tasksets 'open'.*no answer"):
         Evaluator(build_engine("transformers", cfg.model), cfg.rollout, cfg.eval, "tiny")
@@ -76,11 +76,12 @@ def test_a_taskset_without_answers_is_refused(tmp_path):
 
 @pytest.mark.broker
 def test_undertow_eval_follows_the_weights_topic(kafka, namespace):
-    cfg = config(every=5).model_copy(update={"namespace": namespace})
+    cfg = config(every=5)
+    context = RunContext(namespace=namespace, kafka=kafka, model=cfg.model)
     topics = Topics(namespace)
     stop = threading.Event()
     done: list[int] = []
-    runner = threading.Thread(target=lambda: done.extend(follow(cfg, kafka, stop)), daemon=True)
+    runner = threading.Thread(target=lambda: done.extend(follow(cfg.eval, cfg.rollout, context, stop)), daemon=True)
     runner.start()
     publish = lambda version, model: publish_weights(producer, topics.weights, chunk_weights(
         cfg.model.name, version, weights_to_bytes(model), 1 << 20))

@@ -12,10 +12,10 @@ from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 from schemas import DecodeError, Task, TaskStat, decode, encode
 from streams import RecordProducer, Topics
 from streams.consumer import read_to_end
-from rollout.config import FeedRunConfig, load_run_config, rollout_group
+from rollout.config import rollout_group
 from rollout.feed_runner import Feeder
 from rollout.feeder.sampler import draw_index
-from tests.helpers import read_all, wait_for
+from tests.helpers import load_run, read_all, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -31,7 +31,8 @@ def commit_all(kafka, topic: str, group: str) -> None:
 def test_feeder_keeps_the_lag_bounded(kafka, namespace, config_path):
     feeder_cfg = {"tasksets": [{"name": "arith", "source": {"name": "arithmetic", "size": 30}}],
                   "max_lag": 5, "group_size": 2, "poll_seconds": 0.1}
-    feeder = Feeder(load_run_config(config_path(feeder=feeder_cfg), FeedRunConfig), kafka)
+    cfg, context = load_run(config_path(feeder=feeder_cfg), kafka)
+    feeder = Feeder(cfg.feeder, context)
     stop = threading.Event()
     thread = threading.Thread(target=feeder.run, kwargs={"max_tasks": 12, "stop": stop})
     thread.start()
@@ -59,14 +60,14 @@ def test_a_restarted_feeder_continues_after_what_it_published(kafka, namespace, 
     records another client put on the tasks topic must not move where it continues."""
     feeder_cfg = {"tasksets": [{"name": "arith", "source": {"name": "arithmetic", "size": 10}}],
                   "epochs": 1, "max_lag": 100, "poll_seconds": 0.1}
-    cfg = load_run_config(config_path(feeder=feeder_cfg), FeedRunConfig)
+    cfg, context = load_run(config_path(feeder=feeder_cfg), kafka)
     topics = Topics(namespace)
-    assert Feeder(cfg, kafka).run(max_tasks=4).published == 4
+    assert Feeder(cfg.feeder, context).run(max_tasks=4).published == 4
     put_foreign_records(kafka, topics.tasks)
-    assert Feeder(cfg, kafka).run(max_tasks=3).published == 3
+    assert Feeder(cfg.feeder, context).run(max_tasks=3).published == 3
     put_foreign_records(kafka, topics.tasks)
-    assert Feeder(cfg, kafka).run().published == 3  # the rest of the one epoch, then it stops
-    assert Feeder(cfg, kafka).run().published == 0  # a finished taskset stays finished
+    assert Feeder(cfg.feeder, context).run().published == 3  # the rest of the one epoch, then it stops
+    assert Feeder(cfg.feeder, context).run().published == 0  # a finished taskset stays finished
     ours = [t.task_id for t in read_all_tasks(kafka, topics.tasks) if t.prompt != "foreign"]
     assert sorted(ours) == sorted(set(ours)) and len(ours) == 10, ours  # every task exactly once
     assert {draw_index(i) for i in ours} == set(range(10))
@@ -102,7 +103,8 @@ def test_feeder_mixes_by_ratio_and_favours_medium_tasks_from_task_stats(kafka, n
     feeder_cfg = {"tasksets": [{"name": "hard", "source": {"name": "arithmetic", "size": 3}, "ratio": 3},
                                {"name": "count", "source": {"name": "countdown", "size": 50}, "ratio": 1}],
                   "epochs": None, "max_lag": 1000, "difficulty": {"enabled": True, "min_attempts": 4}}
-    feeder = Feeder(load_run_config(config_path(feeder=feeder_cfg), FeedRunConfig), kafka)
+    cfg, context = load_run(config_path(feeder=feeder_cfg), kafka)
+    feeder = Feeder(cfg.feeder, context)
     assert feeder.run(max_tasks=200).published == 200
     assert feeder.stats.stats_read == 3
     tasks = read_all(kafka, topics.tasks, Task)

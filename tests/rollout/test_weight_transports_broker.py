@@ -11,7 +11,6 @@ import pytest
 from kernel import broadcast
 from kernel.models import ModelSpec, build_model, weights_to_bytes
 from kernel.models.weights import state_tensors
-from rollout.config import RolloutRunConfig, load_run_config
 from rollout.engines import build_engine
 from rollout.weight_subscriber import WeightSubscriber
 from rollout.worker import RolloutWorker
@@ -19,13 +18,14 @@ from schemas import Experience, MetricEvent, Rejected, Task, WeightUpdate, annou
 from streams import RecordProducer, Topics
 from trainer.config import WeightsConfig
 from trainer.publish import BroadcastPublisher, FilesPublisher, publish_weights
-from tests.helpers import read_all, wait_for
+from tests.helpers import load_run, read_all, wait_for
 from tests.rollout.test_generation import trainer_logprobs
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
 ROLLOUT = {"sampling": {"max_new_tokens": 8, "temperature": 1.0}, "workflow": "single_turn",
            "reward": "numeric_match", "max_staleness": 100}
+TRAINER = {"batching": {"max_staleness": 100}}  # the trainer's bound no lower than the workers'
 
 
 def tensors(seed: int) -> dict:
@@ -48,9 +48,9 @@ def generated_by(e: Experience, seed: int) -> bool:
 
 
 def test_files_swap_good_versions_and_refuse_bad_ones_while_generating(kafka, namespace, config_path, tmp_path):
-    config = load_run_config(config_path(rollout=ROLLOUT), RolloutRunConfig)
+    config, context = load_run(config_path(rollout=ROLLOUT, trainer=TRAINER), kafka)
     topics = Topics(namespace)
-    worker = RolloutWorker(config, kafka, "w0")
+    worker = RolloutWorker(config.rollout, context, "w0")
     stats = {}
     thread = threading.Thread(target=lambda: stats.update(done=worker.run(max_tasks=4)))
     thread.start()

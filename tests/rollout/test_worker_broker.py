@@ -10,9 +10,9 @@ from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 from kernel.models import ModelSpec, build_model, weights_to_bytes
 from schemas import Experience, Rejected, Task, chunk_weights
 from streams import RecordProducer, Topics
-from rollout.config import RolloutRunConfig, load_run_config, rollout_group
+from rollout.config import rollout_group
 from rollout.worker import RolloutWorker
-from tests.helpers import read_all, wait_for
+from tests.helpers import load_run, read_all, wait_for
 from tests.rollout.test_generation import trainer_logprobs
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -35,9 +35,9 @@ def experiences_of(kafka, topics, task_id):
 
 
 def test_worker_publishes_experiences_and_hot_swaps_weights(kafka, namespace, config_path):
-    config = load_run_config(config_path(rollout={**ROLLOUT, "max_staleness": 0}), RolloutRunConfig)
+    config, context = load_run(config_path(rollout={**ROLLOUT, "max_staleness": 0}), kafka)
     topics = Topics(namespace)
-    worker = RolloutWorker(config, kafka, "w0")
+    worker = RolloutWorker(config.rollout, context, "w0")
     stats = {}
     thread = threading.Thread(target=lambda: stats.update(done=worker.run(max_tasks=3)))
     thread.start()
@@ -86,9 +86,9 @@ def test_worker_publishes_experiences_and_hot_swaps_weights(kafka, namespace, co
 def test_weights_announced_while_polling_bind_the_task_that_poll_returns(kafka, namespace, config_path):
     """The race behind a once-flaky hot-swap test: v1 lands while poll() waits, and poll() then
     returns a task. With max_staleness 0 that task must be generated on v1."""
-    config = load_run_config(config_path(rollout=ROLLOUT), RolloutRunConfig)
+    config, context = load_run(config_path(rollout=ROLLOUT), kafka)
     topics = Topics(namespace)
-    worker = RolloutWorker(config, kafka, "w0")
+    worker = RolloutWorker(config.rollout, context, "w0")
     poll = worker.consumer.poll
 
     def poll_while_v1_lands(**kw):
@@ -108,19 +108,19 @@ def test_weights_announced_while_polling_bind_the_task_that_poll_returns(kafka, 
 
 
 def test_redelivered_task_yields_the_same_experience_ids(kafka, namespace, config_path):
-    config = load_run_config(config_path(rollout=ROLLOUT), RolloutRunConfig)
+    config, context = load_run(config_path(rollout=ROLLOUT), kafka)
     topics = Topics(namespace)
     with RecordProducer(kafka) as producer:
         producer.send(topics.tasks, Task(task_id="arith/1@0", prompt="1+1?", answer="2", group_size=2),
                       key="arith/1@0")
-    assert RolloutWorker(config, kafka, "a").run(max_tasks=1).tasks == 1
+    assert RolloutWorker(config.rollout, context, "a").run(max_tasks=1).tasks == 1
     # As after a crash before the commit: the group's offsets go back, the task comes again.
     group = rollout_group(namespace)
     rewind = KafkaConsumer(**kafka.kafka_python(), group_id=group, enable_auto_commit=False)
     parts = [TopicPartition(topics.tasks, p) for p in rewind.partitions_for_topic(topics.tasks)]
     rewind.commit({tp: OffsetAndMetadata(0, "", -1) for tp in parts})
     rewind.close()
-    assert RolloutWorker(config, kafka, "b").run(max_tasks=1).tasks == 1
+    assert RolloutWorker(config.rollout, context, "b").run(max_tasks=1).tasks == 1
     exps = read_all(kafka, topics.raw, Experience)
     assert sorted(e.experience_id for e in exps) == ["arith/1@0/0", "arith/1@0/0", "arith/1@0/1", "arith/1@0/1"]
     assert {e.metadata["worker"] for e in exps} == {"a", "b"}
@@ -128,12 +128,12 @@ def test_redelivered_task_yields_the_same_experience_ids(kafka, namespace, confi
 
 def test_failing_workflow_dead_letters_the_task_and_goes_on(kafka, namespace, config_path):
     rollout = {**ROLLOUT, "reward": "countdown"}  # countdown needs metadata these tasks lack
-    config = load_run_config(config_path(rollout=rollout), RolloutRunConfig)
+    config, context = load_run(config_path(rollout=rollout), kafka)
     topics = Topics(namespace)
     with RecordProducer(kafka) as producer:
         producer.send(topics.tasks, Task(task_id="bad", prompt="x"), key="bad")
         producer.send_bytes(topics.tasks, b"not a record", key="junk")
-    stats = RolloutWorker(config, kafka, "w").run(idle_timeout=3)
+    stats = RolloutWorker(config.rollout, context, "w").run(idle_timeout=3)
     assert stats.failed_tasks == 1 and stats.experiences == 0
     rejected = read_all(kafka, topics.rejected, Rejected)
     assert {(r.stage, r.reason) for r in rejected} == {("rollout", "workflow_error"), ("rollout", "undecodable")}
@@ -164,13 +164,13 @@ def committed(kafka, topics, group) -> int:
 
 
 def test_ready_tasks_are_generated_in_one_engine_call_and_all_committed(kafka, namespace, config_path):
-    config = load_run_config(config_path(rollout={**ROLLOUT, "batch_tasks": 4}), RolloutRunConfig)
+    config, context = load_run(config_path(rollout={**ROLLOUT, "batch_tasks": 4}), kafka)
     topics = Topics(namespace)
     with RecordProducer(kafka) as producer:
         for i in range(6):
             producer.send(topics.tasks, Task(task_id=f"b{i}", prompt=f"{i}+1=", answer=str(i + 1), group_size=2),
                           key=f"b{i}")
-    worker = RolloutWorker(config, kafka, "w0")
+    worker = RolloutWorker(config.rollout, context, "w0")
     calls = spy_on_generate(worker)
     stats = worker.run(max_tasks=6)
     assert stats.tasks == 6 and sum(calls) == 6
@@ -190,13 +190,13 @@ def test_a_batch_is_cut_to_the_admission_budget_and_the_rest_read_again(kafka, n
     """Budget 5 experiences on v0, groups of 2: three tasks fit (a task is admitted while anything is
     left), the fourth goes back to the consumer and comes in the next batch, once the budget renews."""
     rollout = {**ROLLOUT, "batch_tasks": 8, "experiences_per_version": 5, "cap_wait_s": 1.0}
-    config = load_run_config(config_path(rollout=rollout), RolloutRunConfig)
+    config, context = load_run(config_path(rollout=rollout), kafka)
     topics = Topics(namespace)
     with RecordProducer(kafka) as producer:
         for i in range(4):  # one key: one partition, read in order
             producer.send(topics.tasks, Task(task_id=f"c{i}", prompt=f"{i}+2=", answer=str(i + 2), group_size=2),
                           key="same")
-    worker = RolloutWorker(config, kafka, "w0")
+    worker = RolloutWorker(config.rollout, context, "w0")
     calls = spy_on_generate(worker)
     stats = worker.run(max_tasks=4, idle_timeout=10)  # without the give-back the fourth task never comes
     assert calls == [3, 1] and stats.tasks == 4 and stats.waits > 0

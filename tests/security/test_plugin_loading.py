@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.cli_processors import load_processors_config
-from infra.cli_trainer import load_train_config
+from infra.run_config import load_component_config
 from kernel.config_io import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,10 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 # lazily), then the config under test, and print what that second load imported.
 LOAD_TWICE = """
 import json, sys
-from infra.cli_processors import load_processors_config
-load_processors_config(sys.argv[1])
+from infra.run_config import load_component_config
+load_component_config(sys.argv[1])
 before = set(sys.modules)
-load_processors_config(sys.argv[2])
+load_component_config(sys.argv[2])
 print(json.dumps(sorted(set(sys.modules) - before)))
 """
 
@@ -75,10 +74,10 @@ def test_a_bad_dotted_path_is_a_config_error_naming_the_field(tmp_path, user_pac
 
     path = config(tmp_path, "proc.yaml", processors={"pipeline": ["clean", entry]})
     with pytest.raises(ConfigError) as err:
-        load_processors_config(path)
+        load_component_config(path)
     assert f"{path}: processors.pipeline: processor '{entry}': {why}" in str(err.value)
 
     path = config(tmp_path, "train.yaml", trainer={"algorithm": {"policy_loss": entry}})
     with pytest.raises(ConfigError) as err:
-        load_train_config(path)
-    assert f"{path}: trainer.algorithm.policy_loss: Value error, policy loss '{entry}': {why}" in str(err.value)
+        load_component_config(path)
+    assert f"{path}: trainer.algorithm.policy_loss: policy loss '{entry}': {why}" in str(err.value)

@@ -169,7 +169,9 @@ def test_component_commands_with_no_kafka_section_reach_the_local_tls_broker(bro
     """Issue 15: `undertow feed|rollout` re-read the config's (absent) `kafka:` section and spoke
     PLAINTEXT to a `broker up --tls` broker, while trainer and processors got its TLS. Each command
     here finds the local TLS broker from a config with no `kafka:`, and the records go all the way:
-    tasks, experiences, processed experiences, a trained step, the archive."""
+    tasks, experiences, processed experiences, a trained step, the archive; then the side consumers
+    read them: the evaluator scores the published weights, the watcher reads the experiences, the
+    monitor writes the metrics."""
     monkeypatch.delenv("UNDERTOW_BOOTSTRAP", raising=False)
     (tmp_path / "home").mkdir()
     (tmp_path / "home" / "broker").symlink_to(broker.data_dir)  # the local broker `undertow broker up` leaves
@@ -185,7 +187,10 @@ def test_component_commands_with_no_kafka_section_reach_the_local_tls_broker(bro
         "processors": {"idle_exit_s": 5.0},
         "trainer": {"batching": {"experiences": 2, "max_wait_s": 1.0}, "checkpoint_dir": str(tmp_path / "ckpt"),
                     "engine": {"master_port": free_port_block(1)}},
-        "archive": {"root": str(tmp_path / "archive"), "topics": ["experiences.raw"]}}))
+        "archive": {"root": str(tmp_path / "archive"), "topics": ["experiences.raw"]},
+        "eval": {"tasksets": [{"name": "held", "source": {"name": "sums", "size": 2, "seed": 9}}]},
+        "watchers": ["response_length"],
+        "monitor": {"sinks": ["tensorboard"], "dir": str(tmp_path / "tb")}}))
     env = {**os.environ, "UNDERTOW_HOME": str(tmp_path / "home"), "OMP_NUM_THREADS": "1"}
     env.pop("UNDERTOW_BOOTSTRAP", None)
     for command in (["feed", str(config)], ["rollout", str(config), "--max-tasks", "2"], ["process", str(config)],
@@ -196,3 +201,19 @@ def test_component_commands_with_no_kafka_section_reach_the_local_tls_broker(bro
     counts = record_counts(tls(broker), [topics.tasks, topics.raw, topics.ready])
     assert counts == {topics.tasks: 2, topics.raw: 4, topics.ready: 4}, counts
     assert "archived 4 rows" in out.stdout, out.stdout
+
+    side = {name: subprocess.Popen([sys.executable, "-m", "infra.cli", name, str(config)], cwd=ROOT, env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for name in ("eval", "watch")}
+    deadline = time.monotonic() + 240
+    while record_counts(tls(broker), [topics.evals])[topics.evals] == 0 and time.monotonic() < deadline:
+        assert side["eval"].poll() is None, side["eval"].communicate()
+        time.sleep(1)
+    for proc in side.values():
+        proc.terminate()
+    results = {name: proc.communicate(timeout=120) + (proc.returncode,) for name, proc in side.items()}
+    assert results["eval"][2] == 0 and "evaluated" in results["eval"][0], results["eval"]
+    assert results["watch"][2] == 0 and "watcher response_length: 4 records" in results["watch"][0], results["watch"]
+    out = subprocess.run([sys.executable, "-m", "infra.cli", "monitor", str(config), "--idle-timeout", "5"], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and " 0 metric events" not in out.stdout and "metric events" in out.stdout, out

@@ -45,9 +45,8 @@ def make_group(group_id: str, *, size: int = 4, version: int = 0, model=None) ->
 
 
 def write_config(directory: Path, namespace: str, trainer: dict) -> Path:
-    """`directory/run.yaml` with the trainer section (checkpoints under `directory/ckpt`) and a rollout
-    section the trainer must ignore."""
-    return write_run_config(directory / "run.yaml", namespace, rollout={"ignored": "by the trainer"},
+    """`directory/run.yaml` with the trainer section (checkpoints under `directory/ckpt`)."""
+    return write_run_config(directory / "run.yaml", namespace,
                             trainer={"checkpoint_dir": str(directory / "ckpt"), **trainer})
 
 

@@ -10,7 +10,8 @@ from kernel.models import build_model
 from schemas import PreferencePair
 from schemas.logprobs import sequence_logprobs
 from trainer.batch import pack_sequences
-from trainer.config import AlgorithmConfig, TrainRunConfig
+from infra.run_config import RunConfig
+from trainer.config import AlgorithmConfig
 from trainer.objectives import objectives
 
 from .helpers import SPEC, make_group
@@ -64,14 +65,16 @@ def test_dpo_with_the_policy_as_reference_is_log_two():
 
 def test_bad_config_names_the_field():
     with pytest.raises(ValidationError) as e:
-        TrainRunConfig.model_validate({"trainer": {"algorithm": {"policy_loss": "ppo_clipp"}}})
+        RunConfig.model_validate({"trainer": {"algorithm": {"policy_loss": "ppo_clipp"}}})
     assert "trainer.algorithm.policy_loss" in str(e.value) and "ppo_clip" in str(e.value)
     with pytest.raises(ValidationError, match="eps_hi"):
-        TrainRunConfig.model_validate({"trainer": {"algorithm": {"policy_loss": {"name": "dapo", "eps_hi": 1}}}})
+        RunConfig.model_validate({"trainer": {"algorithm": {"policy_loss": {"name": "dapo", "eps_hi": 1}}}})
     with pytest.raises(ValidationError, match="offload_optimizer"):
-        TrainRunConfig.model_validate({"trainer": {"engine": {"offload_optimizer": True}}})
+        RunConfig.model_validate({"trainer": {"engine": {"offload_optimizer": True}}})
     with pytest.raises(ValidationError, match="chunk_bytes"):
-        TrainRunConfig.model_validate({"trainer": {"weights": {"chunk_bytes": 9 << 20}}})
+        RunConfig.model_validate({"trainer": {"weights": {"chunk_bytes": 9 << 20}}})
     with pytest.raises(ValidationError, match="uri: transport files needs a directory"):
-        TrainRunConfig.model_validate({"trainer": {"weights": {"transport": "files"}}})
-    assert TrainRunConfig.model_validate({"feeder": {"x": 1}, "trainer": {}}).trainer.sync_every == 1
+        RunConfig.model_validate({"trainer": {"weights": {"transport": "files"}}})
+    with pytest.raises(ValidationError, match=r"feeder\.x\n  Extra inputs"):  # one model: no section goes unread
+        RunConfig.model_validate({"feeder": {"x": 1}, "trainer": {}})
+    assert RunConfig.model_validate({"trainer": {}}).trainer.sync_every == 1

@@ -17,9 +17,8 @@ import torch
 from kernel.models import ModelSpec, build_model, weights_to_bytes
 from schemas import Experience, Rejected, Task, chunk_weights
 from streams import RecordProducer, Topics
-from rollout.config import RolloutRunConfig, load_run_config
 from rollout.engines import SamplingParams, build_engine
-from tests.helpers import read_all, wait_for, write_config
+from tests.helpers import load_run, read_all, wait_for, write_config
 from tests.vllm.trainer_logprobs import in_trainer_environment, trainer_logprobs
 
 TOLERANCE = 1e-4  # fp32 both sides; measured ~5e-6 (README)
@@ -218,8 +217,8 @@ def test_a_worker_generates_with_vllm_into_the_broker_and_swaps_from_the_topic(
     path = write_config(tmp_path / "run.yaml", namespace, model=fields(spec),
                         rollout={"engine": {"name": "vllm"}, "sampling": {"max_new_tokens": 8},
                                  "reward": "numeric_match", "max_staleness": 0})
-    config = load_run_config(path, RolloutRunConfig)
-    topics, worker = Topics(namespace), RolloutWorker(config, kafka, "w0")
+    config, context = load_run(path, kafka)
+    topics, worker = Topics(namespace), RolloutWorker(config.rollout, context, "w0")
     done = {}
     thread = threading.Thread(target=lambda: done.update(stats=worker.run(max_tasks=3)))
     thread.start()
