@@ -7,8 +7,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from infra.broker import LocalKafka, free_port_block
-from streams import KafkaSettings
+from undertow.infra.broker import LocalKafka, free_port_block
+from undertow.streams import KafkaSettings
 
 
 @contextmanager

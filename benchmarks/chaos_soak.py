@@ -37,11 +37,11 @@ sys.path.insert(0, str(ROOT))
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 
-from infra.audit import audit  # noqa: E402
-from infra.broker import LocalKafka, free_port_block  # noqa: E402
-from infra.metrics_log import read_metrics  # noqa: E402
-from schemas import SCHEMA_VERSION, Task, encode  # noqa: E402
-from streams import KafkaSettings, Topics  # noqa: E402
+from undertow.infra.audit import audit  # noqa: E402
+from undertow.infra.broker import LocalKafka, free_port_block  # noqa: E402
+from undertow.infra.metrics_log import read_metrics  # noqa: E402
+from undertow.schemas import SCHEMA_VERSION, Task, encode  # noqa: E402
+from undertow.streams import KafkaSettings, Topics  # noqa: E402
 
 NAMESPACE = "soak"
 STAGE = "rl"  # the stage under chaos; its logs are logs/1-rl/
@@ -135,7 +135,7 @@ def start_run(cfg: dict, work: Path, bootstrap: str) -> subprocess.Popen:
     path.write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "UNDERTOW_BOOTSTRAP": bootstrap}
     log = open(work / "run.out", "w")
-    return subprocess.Popen([sys.executable, "-m", "infra.cli", "run", str(path), "--runs-dir", str(work / "runs"),
+    return subprocess.Popen([sys.executable, "-m", "undertow.infra.cli", "run", str(path), "--runs-dir", str(work / "runs"),
                              "--no-live"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
 
 

@@ -46,12 +46,12 @@ sys.path.insert(0, str(ROOT))
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 
-from infra.broker import LocalKafka, free_port_block  # noqa: E402
-from schemas import Experience, encode  # noqa: E402
-from streams import KafkaSettings, RecordProducer, Topics, create_topics  # noqa: E402
-from trainer.config import TrainerConfig  # noqa: E402
-from trainer.feed import Feed  # noqa: E402
-from trainer.objectives import objectives  # noqa: E402
+from undertow.infra.broker import LocalKafka, free_port_block  # noqa: E402
+from undertow.schemas import Experience, encode  # noqa: E402
+from undertow.streams import KafkaSettings, RecordProducer, Topics, create_topics  # noqa: E402
+from undertow.trainer.config import TrainerConfig  # noqa: E402
+from undertow.trainer.feed import Feed  # noqa: E402
+from undertow.trainer.objectives import objectives  # noqa: E402
 
 GROUP = 8
 Message = tuple[str, bytes]  # (group id = key, encoded experience); the id is "<group id>/<sample index>"
@@ -165,7 +165,7 @@ def start_worker(kafka: KafkaSettings, ns: str, demo: dict, tmp: Path) -> subpro
     config.write_text(yaml.safe_dump({"namespace": ns, "kafka": {"bootstrap_servers": kafka.bootstrap_servers},
                                       "processors": processors}))
     with open(tmp / "worker.log", "wb") as log:  # the child keeps its own copy of the descriptor
-        return subprocess.Popen([sys.executable, "-m", "infra.cli", "process", str(config)], cwd=ROOT,
+        return subprocess.Popen([sys.executable, "-m", "undertow.infra.cli", "process", str(config)], cwd=ROOT,
                                 env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=log, stderr=subprocess.STDOUT)
 
 

@@ -19,12 +19,12 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from infra.broker import LocalKafka, free_port_block  # noqa: E402
-from schemas import Experience  # noqa: E402
-from streams import KafkaSettings, RecordProducer, Topics, create_topics  # noqa: E402
-from streams.archive import ArchiveConfig, Archiver  # noqa: E402
-from streams.history import History  # noqa: E402
-from streams.replay import Selection, replay  # noqa: E402
+from undertow.infra.broker import LocalKafka, free_port_block  # noqa: E402
+from undertow.schemas import Experience  # noqa: E402
+from undertow.streams import KafkaSettings, RecordProducer, Topics, create_topics  # noqa: E402
+from undertow.streams.archive import ArchiveConfig, Archiver  # noqa: E402
+from undertow.streams.history import History  # noqa: E402
+from undertow.streams.replay import Selection, replay  # noqa: E402
 
 
 def experiences(groups: int, tokens: int) -> list[Experience]:

@@ -22,7 +22,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from infra.metrics_log import read_metrics  # noqa: E402
+from undertow.infra.metrics_log import read_metrics  # noqa: E402
 
 
 def run_mode(base: dict, staleness: int, steps: int, workdir: Path) -> Path:
@@ -34,7 +34,7 @@ def run_mode(base: dict, staleness: int, steps: int, workdir: Path) -> Path:
     path = workdir / f"staleness{staleness}.yaml"
     path.write_text(yaml.safe_dump(cfg))
     runs, log = workdir / "runs", workdir / f"staleness{staleness}.log"
-    command = [sys.executable, "-m", "infra.cli", "run", str(path), "--runs-dir", str(runs), "--no-live"]
+    command = [sys.executable, "-m", "undertow.infra.cli", "run", str(path), "--runs-dir", str(runs), "--no-live"]
     with open(log, "wb") as out:
         done = subprocess.run(command, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=out,
                               stderr=subprocess.STDOUT)

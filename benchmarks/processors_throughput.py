@@ -41,9 +41,9 @@ from aiokafka import AIOKafkaProducer  # noqa: E402
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth  # noqa: E402
 from kafka import KafkaConsumer, TopicPartition  # noqa: E402
 
-from infra.broker import LocalKafka, free_port_block  # noqa: E402
-from schemas import Experience, encode  # noqa: E402
-from streams import KafkaSettings, RecordProducer, Topics, connect, create_topics  # noqa: E402
+from undertow.infra.broker import LocalKafka, free_port_block  # noqa: E402
+from undertow.schemas import Experience, encode  # noqa: E402
+from undertow.streams import KafkaSettings, RecordProducer, Topics, connect, create_topics  # noqa: E402
 
 GROUP = 8
 
@@ -209,7 +209,7 @@ def worker_run(kafka: KafkaSettings, topics: Topics, config: Path, records: int,
     """One `undertow process` worker over `records` waiting raw records: its rate, RSS, how evenly it
     took the partitions, and how often it read a partition again (a resync: 0 expected)."""
     with open(log, "w") as out:
-        worker = subprocess.Popen([sys.executable, "-m", "infra.cli", "process", str(config)], cwd=ROOT,
+        worker = subprocess.Popen([sys.executable, "-m", "undertow.infra.cli", "process", str(config)], cwd=ROOT,
                                   stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     progress = Progress(kafka, [topics.ready, topics.rejected])
     balance = Balance(kafka, app_id, topics.raw)

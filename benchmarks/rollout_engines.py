@@ -31,8 +31,8 @@ def measure(engine_name: str, prompts: int, n: int, new_tokens: int) -> dict:
     """In the engine's environment: start-up, one timed generate() of all prompts, one timed swap."""
     import torch
 
-    from kernel.models import ModelSpec, build_model, weights_to_bytes
-    from rollout.engines import SamplingParams, build_engine
+    from undertow.kernel.models import ModelSpec, build_model, weights_to_bytes
+    from undertow.rollout.engines import SamplingParams, build_engine
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     spec = ModelSpec(**MODEL)
@@ -89,7 +89,7 @@ def main() -> None:
     if args.child:  # inside one engine's environment: one JSON line for the parent
         print(RESULT + json.dumps(measure(args.child, args.prompts, args.n, args.new_tokens)), flush=True)
         return
-    from infra.rollout_env import vllm_python
+    from undertow.infra.rollout_env import vllm_python
 
     results = {"transformers": run_child("transformers", sys.executable, args),
                "vllm": run_child("vllm", str(vllm_python()), args)}

@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 
 import torch  # noqa: E402
 
-from rollout.engines import SamplingParams, build_engine  # noqa: E402
-from kernel.models import ModelSpec  # noqa: E402
+from undertow.rollout.engines import SamplingParams, build_engine  # noqa: E402
+from undertow.kernel.models import ModelSpec  # noqa: E402
 
 
 def main() -> None:

@@ -29,9 +29,9 @@ import yaml  # noqa: E402
 
 from benchmarks.trainer_memory import experiences  # noqa: E402
 from benchmarks.broker import benchmark_cluster  # noqa: E402
-from schemas import MetricEvent, decode  # noqa: E402
-from streams import KafkaSettings, RecordProducer, Topics, create_topics  # noqa: E402
-from streams.consumer import read_to_end  # noqa: E402
+from undertow.schemas import MetricEvent, decode  # noqa: E402
+from undertow.streams import KafkaSettings, RecordProducer, Topics, create_topics  # noqa: E402
+from undertow.streams.consumer import read_to_end  # noqa: E402
 
 
 def main() -> None:
@@ -62,7 +62,7 @@ def run(settings: KafkaSettings, tmp: Path, args: argparse.Namespace) -> None:
                     "micro_batch_tokens": args.micro_rows * args.tokens, "gradient_checkpointing": True,
                     "checkpoint_dir": str(tmp / "ckpt"), "checkpoint_every": 1000}}))
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "infra.cli", "train", str(config), "--max-steps", str(args.steps)],
+    done = subprocess.run([sys.executable, "-m", "undertow.infra.cli", "train", str(config), "--max-steps", str(args.steps)],
                           cwd=ROOT, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "2"})
     wall = time.perf_counter() - started
     if done.returncode != 0:

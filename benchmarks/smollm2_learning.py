@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> tuple[Path, str]:
     evaluation outlives --final-eval-minutes after it."""
     args.runs_dir.mkdir(parents=True, exist_ok=True)
     before = set(args.runs_dir.iterdir())
-    command = [sys.executable, "-m", "infra.cli", "run", str(args.config), "--runs-dir", str(args.runs_dir),
+    command = [sys.executable, "-m", "undertow.infra.cli", "run", str(args.config), "--runs-dir", str(args.runs_dir),
                "--no-live", *(["--steps", str(args.steps)] if args.steps else [])]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))  # run as a script from anywhere
 
 def experiences(rows: int, tokens: int):
     """Synthetic experiences of SmolLM2's vocabulary: a quarter prompt, the rest response."""
-    from schemas import Experience
+    from undertow.schemas import Experience
 
     prompt_len = tokens // 4
     response_len = tokens - prompt_len
@@ -43,10 +43,10 @@ def experiences(rows: int, tokens: int):
 def child(args: argparse.Namespace) -> dict:
     import torch
 
-    from kernel.models import ModelSpec, build_model
-    from trainer.config import AlgorithmConfig, EngineConfig
-    from trainer.objectives import objectives
-    from trainer.step import StepShape, plan, to_device, train_step
+    from undertow.kernel.models import ModelSpec, build_model
+    from undertow.trainer.config import AlgorithmConfig, EngineConfig
+    from undertow.trainer.objectives import objectives
+    from undertow.trainer.step import StepShape, plan, to_device, train_step
 
     torch.set_num_threads(args.threads)
     spec = ModelSpec(name="smollm2-135m", source="gguf")
@@ -56,7 +56,7 @@ def child(args: argparse.Namespace) -> dict:
     shape = StepShape(micro_batch_tokens=budget, pad_to_multiple=8)
     times = []
     if args.mode == "trainer":
-        from trainer.engine import build_engine, setup_process
+        from undertow.trainer.engine import build_engine, setup_process
 
         process = setup_process()
         engine = build_engine(spec, EngineConfig(lr=1e-6), process, gradient_checkpointing=args.checkpointing)

@@ -12,12 +12,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from kernel.models import ModelSpec  # noqa: E402
-from schemas import Experience  # noqa: E402
-from trainer.config import AlgorithmConfig, EngineConfig  # noqa: E402
-from trainer.engine import build_engine, setup_process  # noqa: E402
-from trainer.objectives import objectives  # noqa: E402
-from trainer.step import train_step  # noqa: E402
+from undertow.kernel.models import ModelSpec  # noqa: E402
+from undertow.schemas import Experience  # noqa: E402
+from undertow.trainer.config import AlgorithmConfig, EngineConfig  # noqa: E402
+from undertow.trainer.engine import build_engine, setup_process  # noqa: E402
+from undertow.trainer.objectives import objectives  # noqa: E402
+from undertow.trainer.step import train_step  # noqa: E402
 
 
 def experiences(groups: int, size: int, prompt_len: int, response_len: int) -> list[Experience]:

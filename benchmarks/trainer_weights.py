@@ -36,14 +36,14 @@ import torch.distributed as dist  # noqa: E402
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 
 from benchmarks.broker import benchmark_cluster  # noqa: E402
-from kernel.models import ModelSpec, build_model  # noqa: E402
-from kernel.models.weights import state_tensors  # noqa: E402
-from rollout.engines import build_engine  # noqa: E402
-from rollout.weight_subscriber import WeightSubscriber  # noqa: E402
-from streams import KafkaSettings, RecordProducer, Topics, create_topics  # noqa: E402
-from streams.topics import MAX_MESSAGE_BYTES  # noqa: E402
-from trainer.config import WeightsConfig  # noqa: E402
-from trainer.publish import build_publisher  # noqa: E402
+from undertow.kernel.models import ModelSpec, build_model  # noqa: E402
+from undertow.kernel.models.weights import state_tensors  # noqa: E402
+from undertow.rollout.engines import build_engine  # noqa: E402
+from undertow.rollout.weight_subscriber import WeightSubscriber  # noqa: E402
+from undertow.streams import KafkaSettings, RecordProducer, Topics, create_topics  # noqa: E402
+from undertow.streams.topics import MAX_MESSAGE_BYTES  # noqa: E402
+from undertow.trainer.config import WeightsConfig  # noqa: E402
+from undertow.trainer.publish import build_publisher  # noqa: E402
 
 MODELS = {"smollm2": ModelSpec(name="smollm2-135m", source="gguf"), "demo": ModelSpec(name="policy")}
 

@@ -30,9 +30,9 @@ import yaml  # noqa: E402
 
 from benchmarks.broker import benchmark_cluster  # noqa: E402
 from benchmarks.trainer_throughput import experiences  # noqa: E402
-from schemas import MetricEvent, decode  # noqa: E402
-from streams import KafkaSettings, RecordProducer, Topics, create_topics  # noqa: E402
-from streams.consumer import read_to_end  # noqa: E402
+from undertow.schemas import MetricEvent, decode  # noqa: E402
+from undertow.streams import KafkaSettings, RecordProducer, Topics, create_topics  # noqa: E402
+from undertow.streams.consumer import read_to_end  # noqa: E402
 
 WATCHERS = ["response_length", "stale_fraction", "entropy_collapse"]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -63,7 +63,7 @@ def arm(settings: KafkaSettings, tmp: Path, args: argparse.Namespace, watched: b
         "model": {"source": "tiny"}, "watchers": WATCHERS,
         "trainer": {"batching": {"experiences": args.batch, "max_staleness": 10_000},
                     "checkpoint_dir": str(tmp / "ckpt"), "checkpoint_every": 100_000}}))
-    cli = [sys.executable, "-m", "infra.cli"]
+    cli = [sys.executable, "-m", "undertow.infra.cli"]
     watch = subprocess.Popen([*cli, "watch", str(config)], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True) if watched else None
     try:

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from schemas import DecodeError, Experience, Record, Rejected, Task, decode
-from streams import KafkaSettings, Topics
-from streams.consumer import read_to_end
+from undertow.schemas import DecodeError, Experience, Record, Rejected, Task, decode
+from undertow.streams import KafkaSettings, Topics
+from undertow.streams.consumer import read_to_end
 
 
 @dataclass

@@ -21,9 +21,9 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from infra import kafka_dist
-from infra.certificates import KEYSTORE_PASSWORD, make_certificates
-from streams.settings import KafkaSettings
+from undertow.infra import kafka_dist
+from undertow.infra.certificates import KEYSTORE_PASSWORD, make_certificates
+from undertow.streams.settings import KafkaSettings
 
 STATE_FILE = "cluster.json"
 TLS_DIR = "tls"
@@ -179,7 +179,7 @@ class LocalKafka:
 
     def wait_ready(self, timeout: float) -> None:
         """Block until every running node answers metadata requests and sees all running peers."""
-        from streams.admin import serving_brokers
+        from undertow.streams.admin import serving_brokers
 
         deadline = time.monotonic() + timeout
         want = set(self.running_nodes())

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from infra import kafka_dist
+from undertow.infra import kafka_dist
 
 # A PKCS12 keystore must have a password; what guards the broker's key is the 0700 data directory.
 KEYSTORE_PASSWORD = "undertow-local"

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import typer
 
-from infra.cli_broker import broker_app
-from infra.cli_config import config_app
-from infra.cli_eval import eval_command
-from infra.cli_history import archive, query, replay
-from infra.cli_monitor import monitor
-from infra.cli_processors import process
-from infra.cli_rollout import rollout_cli
-from infra.cli_run import run
-from infra.cli_status import report, status
-from infra.cli_tail import tail
-from infra.cli_topics import topics_app
-from infra.cli_trainer import train
-from infra.cli_watch import watch
+from undertow.infra.cli_broker import broker_app
+from undertow.infra.cli_config import config_app
+from undertow.infra.cli_eval import eval_command
+from undertow.infra.cli_history import archive, query, replay
+from undertow.infra.cli_monitor import monitor
+from undertow.infra.cli_processors import process
+from undertow.infra.cli_rollout import rollout_cli
+from undertow.infra.cli_run import run
+from undertow.infra.cli_status import report, status
+from undertow.infra.cli_tail import tail
+from undertow.infra.cli_topics import topics_app
+from undertow.infra.cli_trainer import train
+from undertow.infra.cli_watch import watch
 
 app = typer.Typer(
     name="undertow",

@@ -9,11 +9,11 @@ from typing import List, Optional
 
 import typer
 
-from infra import kafka_dist
-from infra.broker import LocalKafka
-from infra.cli_common import console, user_errors
-from infra.config import default_broker_dir
-from streams import BOOTSTRAP_ENV
+from undertow.infra import kafka_dist
+from undertow.infra.broker import LocalKafka
+from undertow.infra.cli_common import console, user_errors
+from undertow.infra.config import default_broker_dir
+from undertow.streams import BOOTSTRAP_ENV
 
 broker_app = typer.Typer(help="Run a local Apache Kafka broker (KRaft mode) for undertow.", no_args_is_help=True)
 

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Iterator, Optional
 import typer
 from rich.console import Console
 
-from infra.config import ConfigError, resolve_kafka
-from streams import KafkaSettings, RunContext
+from undertow.infra.config import ConfigError, resolve_kafka
+from undertow.streams import KafkaSettings, RunContext
 
 if TYPE_CHECKING:
-    from infra.run_config import RunConfig
+    from undertow.infra.run_config import RunConfig
 
 console = Console()
 err_console = Console(stderr=True)
@@ -39,7 +39,7 @@ def user_errors() -> Iterator[None]:
 
 def run_config(config: Optional[Path]) -> "RunConfig":
     """The run config a command reads: the file validated as a component sees it; defaults when none."""
-    from infra.run_config import RunConfig, load_component_config  # every section's model comes with it
+    from undertow.infra.run_config import RunConfig, load_component_config  # every section's model comes with it
 
     return RunConfig() if config is None else load_component_config(config)
 

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 import yaml
 
-from infra.cli_common import console, user_errors
+from undertow.infra.cli_common import console, user_errors
 
 config_app = typer.Typer(help="Validate a run config, or show what each stage will run with.", no_args_is_help=True)
 
@@ -36,7 +36,7 @@ def show(config: Path = ConfigArg) -> None:
 
 def _effective_stages(path: Path) -> list[tuple[str, Any]]:
     """(label, validated config) for each stage; one stage labelled 'main' when there are none."""
-    from infra.run_config import load_run_config, stage_config  # every stage's config models come with it
+    from undertow.infra.run_config import load_run_config, stage_config  # every stage's config models come with it
 
     config, raw = load_run_config(path)
     if not config.run.stages:

@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from infra.cli_common import BootstrapOpt, console, context_of, run_config, user_errors
+from undertow.infra.cli_common import BootstrapOpt, console, context_of, run_config, user_errors
 
 
 def eval_command(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="The run's YAML config."),
@@ -20,7 +20,7 @@ def eval_command(config: Path = typer.Argument(..., exists=True, dir_okay=False,
                      help="Score this HF directory or trainer checkpoint (step-N/) once, print a table, exit."),
                  bootstrap: Optional[str] = BootstrapOpt) -> None:
     """Score `eval.tasksets` on each eval.every-th policy version until SIGTERM, or once on --checkpoint."""
-    from rollout.eval_runner import evaluate_checkpoint, follow
+    from undertow.rollout.eval_runner import evaluate_checkpoint, follow
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     with user_errors():

@@ -10,8 +10,8 @@ from typing import Any, Optional
 import typer
 import yaml
 
-from infra.cli_common import BootstrapOpt, ConfigOpt, NamespaceOpt, cluster, component, console, run_config, user_errors
-from streams.archive import ArchiveConfig
+from undertow.infra.cli_common import BootstrapOpt, ConfigOpt, NamespaceOpt, cluster, component, console, run_config, user_errors
+from undertow.streams.archive import ArchiveConfig
 
 DEFAULT_ROOT = ArchiveConfig.model_fields["root"].default
 RootOpt = typer.Option(None, "--root", help=f"archive directory or URI (default: the config's archive.root, else {DEFAULT_ROOT}).")
@@ -22,8 +22,8 @@ def archive(config: Path = typer.Argument(..., exists=True, dir_okay=False, help
             idle_timeout: Optional[float] = typer.Option(None, help="Stop after this many seconds without data."),
             ) -> None:
     """Archive the config's topics to Parquet until SIGTERM / Ctrl-C (or a budget); resumes where the files end."""
-    from kernel.progress import progress
-    from streams.archive import Archiver
+    from undertow.kernel.progress import progress
+    from undertow.streams.archive import Archiver
 
     with user_errors():
         cfg, context = component(config)
@@ -49,7 +49,7 @@ def _root(root: Optional[str], config: Optional[Path]) -> str:
 
 def _history(root: Optional[str], config: Optional[Path], namespace: Optional[str], live: bool,
              bootstrap: Optional[str], last: Optional[int]):
-    from streams.history import History
+    from undertow.streams.history import History
 
     if live:
         kafka, ns = cluster(config, bootstrap, namespace)
@@ -134,9 +134,9 @@ def replay(to: str = typer.Option(..., "--to", help="Namespace to send to: its e
            bootstrap: Optional[str] = BootstrapOpt,
            ) -> None:
     """Send selected historic experiences to a namespace's ready (or raw) topic; prints how many."""
-    from kernel.progress import progress
-    from streams import RecordProducer, Topics, create_topics
-    from streams.replay import Selection, replay as run_replay
+    from undertow.kernel.progress import progress
+    from undertow.streams import RecordProducer, Topics, create_topics
+    from undertow.streams.replay import Selection, replay as run_replay
 
     with user_errors():
         if into not in ("ready", "raw"):

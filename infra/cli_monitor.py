@@ -8,8 +8,8 @@ from typing import Any, Optional
 
 import typer
 
-from infra.cli_common import BootstrapOpt, console, context_of, run_config, user_errors
-from infra.monitor import Monitor
+from undertow.infra.cli_common import BootstrapOpt, console, context_of, run_config, user_errors
+from undertow.infra.monitor import Monitor
 
 
 def monitor(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="Run config (YAML) with a monitor section."),

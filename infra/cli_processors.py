@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from infra.cli_common import component, console, user_errors
+from undertow.infra.cli_common import component, console, user_errors
 
 
 def process(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="YAML run config."),
@@ -24,7 +24,7 @@ def process(config: Path = typer.Argument(..., exists=True, dir_okay=False, help
         if idle_exit is not None:
             cfg = cfg.model_copy(update={"idle_exit_s": idle_exit})
     if workers == 1:
-        from processors.runner import run_worker
+        from undertow.processors.runner import run_worker
 
         run_worker(cfg, context, worker_name)
         return
@@ -34,7 +34,7 @@ def process(config: Path = typer.Argument(..., exists=True, dir_okay=False, help
 def run_children(config: Path, workers: int, idle_exit: Optional[float]) -> int:
     """Start `workers` single-worker processes; pass SIGTERM/SIGINT on; return the worst exit code."""
     extra = ["--idle-exit", str(idle_exit)] if idle_exit is not None else []
-    children = [subprocess.Popen([sys.executable, "-m", "infra.cli", "process", str(config), "--workers", "1",
+    children = [subprocess.Popen([sys.executable, "-m", "undertow.infra.cli", "process", str(config), "--workers", "1",
                                   "--worker-name", f"worker-{i}", *extra]) for i in range(workers)]
     console.print(f"started {workers} processor workers: pids {[c.pid for c in children]}")
 

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from infra.cli_common import BootstrapOpt, component, console, user_errors
+from undertow.infra.cli_common import BootstrapOpt, component, console, user_errors
 
 rollout_cli = typer.Typer()
 
@@ -23,7 +23,7 @@ def rollout(config: Path = ConfigArg,
             idle_timeout: Optional[float] = typer.Option(None, min=0, help="Stop a worker idle this many seconds."),
             bootstrap: Optional[str] = BootstrapOpt) -> None:
     """Turn tasks into experiences until SIGTERM (or a budget): generate, score, publish, commit."""
-    from rollout.main import run
+    from undertow.rollout.main import run
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     with user_errors():
@@ -37,7 +37,7 @@ def feed(config: Path = ConfigArg,
          max_tasks: Optional[int] = typer.Option(None, min=1, help="Stop after publishing this many tasks."),
          bootstrap: Optional[str] = BootstrapOpt) -> None:
     """Publish tasks to <namespace>.tasks until the tasksets run out, SIGTERM, or --max-tasks."""
-    from rollout.main import feed as run_feed
+    from undertow.rollout.main import feed as run_feed
 
     with user_errors():
         cfg, context = component(config, bootstrap)
@@ -45,5 +45,5 @@ def feed(config: Path = ConfigArg,
         console.print(f"feed: {published} task(s) published")
 
 
-if __name__ == "__main__":  # `python -m infra.cli_rollout rollout CONFIG`: what the vLLM environment runs
+if __name__ == "__main__":  # `python -m undertow.infra.cli_rollout rollout CONFIG`: what the vLLM environment runs
     rollout_cli()

@@ -11,8 +11,8 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
-from infra.cli_common import console, user_errors
-from infra.metrics_log import MetricsRecorder, read_metrics
+from undertow.infra.cli_common import console, user_errors
+from undertow.infra.metrics_log import MetricsRecorder, read_metrics
 
 # (label, component prefix, metric) shown in the live view.
 LIVE_ROWS = [
@@ -36,8 +36,8 @@ def run(config: Optional[Path] = typer.Argument(None, exists=True, dir_okay=Fals
         live: Optional[bool] = typer.Option(None, help="Live view (default: run.live when on a terminal).")) -> None:
     """Run feeder, rollout workers, processors and trainer against one broker until the steps are done."""
     # Imported here: every stage's config comes with them, and each stage process starts this CLI.
-    from infra.run import Run, install_stop_handler, new_run_dir
-    from infra.run_config import load_run_config
+    from undertow.infra.run import Run, install_stop_handler, new_run_dir
+    from undertow.infra.run_config import load_run_config
 
     with user_errors():
         if (config is None) == (resume is None):

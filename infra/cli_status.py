@@ -8,12 +8,12 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from infra.cli_common import BootstrapOpt, ConfigOpt, NamespaceOpt, cluster, console, user_errors
-from infra.metrics_log import read_metrics
-from infra.report import write_report
-from infra.run_config import RunSection
-from infra.run_status import RunStatus, find_running_run, run_status
-from infra.status import NamespaceStatus, namespace_status
+from undertow.infra.cli_common import BootstrapOpt, ConfigOpt, NamespaceOpt, cluster, console, user_errors
+from undertow.infra.metrics_log import read_metrics
+from undertow.infra.report import write_report
+from undertow.infra.run_config import RunSection
+from undertow.infra.run_status import RunStatus, find_running_run, run_status
+from undertow.infra.status import NamespaceStatus, namespace_status
 
 RUNS_DIR = Path(RunSection.model_fields["dir"].default)
 

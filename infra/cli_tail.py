@@ -9,8 +9,8 @@ from typing import Any, Optional
 
 import typer
 
-from infra.cli_common import BootstrapOpt, ConfigOpt, NamespaceOpt, cluster, user_errors
-from infra.tail import Condition, tail as tail_topic, topic_name
+from undertow.infra.cli_common import BootstrapOpt, ConfigOpt, NamespaceOpt, cluster, user_errors
+from undertow.infra.tail import Condition, tail as tail_topic, topic_name
 
 TEXT_CHARS = 120  # of a prompt or response on one line; --json prints them whole
 

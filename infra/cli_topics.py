@@ -8,8 +8,8 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from infra.cli_common import BootstrapOpt, ConfigOpt, NamespaceOpt, cluster, console, user_errors
-from streams import Topics, create_topics, describe_topics, list_topics
+from undertow.infra.cli_common import BootstrapOpt, ConfigOpt, NamespaceOpt, cluster, console, user_errors
+from undertow.streams import Topics, create_topics, describe_topics, list_topics
 
 topics_app = typer.Typer(help="Create and inspect undertow's topics.", no_args_is_help=True)
 

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from infra.cli_common import component, console, user_errors
+from undertow.infra.cli_common import component, console, user_errors
 
 
 def train(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="Run config (YAML)."),
@@ -18,7 +18,7 @@ def train(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="
           nproc: int = typer.Option(1, min=1, help="Data-parallel trainer processes on this machine (torchrun)."),
           ) -> None:
     """Train on ready experiences until SIGTERM / Ctrl-C (or a budget); checkpoint and publish on the way out."""
-    from trainer.runner import Budget, run
+    from undertow.trainer.runner import Budget, run
 
     with user_errors():
         cfg, context = component(config)  # a bad config fails here, before any process starts
@@ -32,5 +32,5 @@ def train(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="
 def _exec_torchrun(nproc: int, args: list[str]) -> None:
     """Become torchrun (same pid, so a supervisor's SIGTERM reaches it; it passes it to every rank)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
-           "-m", "infra.cli", "train", *args]
+           "-m", "undertow.infra.cli", "train", *args]
     os.execv(sys.executable, cmd)

@@ -10,13 +10,13 @@ from typing import Optional
 
 import typer
 
-from infra.cli_common import BootstrapOpt, console, context_of, run_config, user_errors
+from undertow.infra.cli_common import BootstrapOpt, console, context_of, run_config, user_errors
 
 
 def watch(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="Run config (YAML) with a watchers section."),
           bootstrap: Optional[str] = BootstrapOpt) -> None:
     """Alert on stream statistics (the watchers section) into the metrics topic; resumes after each one's last commit."""
-    from watchers.runner import run_watchers
+    from undertow.watchers.runner import run_watchers
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("kafka").setLevel(logging.WARNING)  # a consumer and producer per watcher: too chatty at INFO

@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from infra.broker import LocalKafka
-from kernel.config_io import ConfigError, load_yaml, validation_message  # noqa: F401 (re-exported)
-from streams import KafkaSettings
+from undertow.infra.broker import LocalKafka
+from undertow.kernel.config_io import ConfigError, load_yaml, validation_message  # noqa: F401 (re-exported)
+from undertow.streams import KafkaSettings
 
 
 def home() -> Path:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from processors.pipeline import Pipeline
-from trainer.objectives import objectives
+from undertow.processors.pipeline import Pipeline
+from undertow.trainer.objectives import objectives
 
 if TYPE_CHECKING:
-    from infra.run_config import RunConfig
+    from undertow.infra.run_config import RunConfig
 
 Rule = Callable[["RunConfig"], Iterator[str]]
 RULES: dict[str, Rule] = {}

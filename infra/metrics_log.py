@@ -9,8 +9,8 @@ import threading
 import time
 from pathlib import Path
 
-from schemas import MetricEvent
-from streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
+from undertow.schemas import MetricEvent
+from undertow.streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
 
 log = logging.getLogger(__name__)
 

@@ -9,10 +9,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.metrics_log import read_metrics
-from infra.report_archive import read_archive
-from infra.report_page import write_page
-from infra.report_series import VersionClock, build_panels
+from undertow.infra.metrics_log import read_metrics
+from undertow.infra.report_archive import read_archive
+from undertow.infra.report_page import write_page
+from undertow.infra.report_series import VersionClock, build_panels
 
 # Which metric names go on which plot: matched by name, so a new metric of a stage shows up
 # without touching this file.

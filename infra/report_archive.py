@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from infra.report_series import Curve, VersionClock, curve
-from infra.run_config import load_run_config, stage_mapping
+from undertow.infra.report_series import Curve, VersionClock, curve
+from undertow.infra.run_config import load_run_config, stage_mapping
 
 SAMPLES = 24  # experiences in the table, spread evenly over the run
 REJECTED_SHOWN = 30
@@ -35,7 +35,7 @@ def archive_root(run_dir: Path) -> Path | None:
 
 def read_archive(run_dir: Path, t0: float, clock: VersionClock) -> ArchiveTables | None:
     """The tables and rejection curves of the run's archive; None when it kept none."""
-    from streams.history import History
+    from undertow.streams.history import History
 
     root = archive_root(run_dir)
     if root is None:

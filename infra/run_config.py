@@ -10,16 +10,16 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from infra.config import ConfigError, load_yaml, validation_message
-from infra.config_rules import problems
-from infra.monitor import MonitorConfig
-from processors.config import ProcessorsConfig
-from rollout.config import EvalConfig, FeederConfig, RolloutConfig
-from kernel.models import ModelSpec
-from streams import NAMESPACE_PATTERN, KafkaSettings
-from streams.archive import ArchiveConfig
-from trainer.config import TrainerConfig
-from watchers.config import Entry as WatcherEntry, checked_watchers
+from undertow.infra.config import ConfigError, load_yaml, validation_message
+from undertow.infra.config_rules import problems
+from undertow.infra.monitor import MonitorConfig
+from undertow.processors.config import ProcessorsConfig
+from undertow.rollout.config import EvalConfig, FeederConfig, RolloutConfig
+from undertow.kernel.models import ModelSpec
+from undertow.streams import NAMESPACE_PATTERN, KafkaSettings
+from undertow.streams.archive import ArchiveConfig
+from undertow.trainer.config import TrainerConfig
+from undertow.watchers.config import Entry as WatcherEntry, checked_watchers
 
 SECTIONS = ("model", "feeder", "rollout", "processors", "trainer")
 

@@ -7,11 +7,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.broker import LocalKafka
-from infra.metrics_log import read_metrics
-from infra.run_config import load_run_config, stage_mapping
-from infra.status import NamespaceStatus, namespace_status
-from streams import KafkaSettings, KafkaUnreachable
+from undertow.infra.broker import LocalKafka
+from undertow.infra.metrics_log import read_metrics
+from undertow.infra.run_config import load_run_config, stage_mapping
+from undertow.infra.status import NamespaceStatus, namespace_status
+from undertow.streams import KafkaSettings, KafkaUnreachable
 
 ARCHIVE_VIEWS = ("experiences", "rejected", "metrics")
 
@@ -116,7 +116,7 @@ def _add_metrics(stages: list[StageSummary], rows: list[dict]) -> None:
 
 
 def _add_archive(stages: list[StageSummary], root: str) -> None:
-    from streams.history import History, archive_namespaces  # DuckDB: only for a run that archived
+    from undertow.streams.history import History, archive_namespaces  # DuckDB: only for a run that archived
 
     held = set(archive_namespaces(root))
     for stage in stages:

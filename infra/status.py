@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas import DecodeError, WeightUpdate, decode
-from streams import KafkaSettings, Topics, list_topics
-from streams.admin import committed_offsets, topic_offsets
-from streams.consumer import read_messages
+from undertow.schemas import DecodeError, WeightUpdate, decode
+from undertow.streams import KafkaSettings, Topics, list_topics
+from undertow.streams.admin import committed_offsets, topic_offsets
+from undertow.streams.consumer import read_messages
 
 
 @dataclass

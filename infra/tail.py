@@ -13,10 +13,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
-from schemas import DecodeError, Experience, Record, Rejected, decode
-from streams import KafkaSettings, RecordConsumer
-from streams.consumer import Message
-from streams.topics import CATALOG
+from undertow.schemas import DecodeError, Experience, Record, Rejected, decode
+from undertow.streams import KafkaSettings, RecordConsumer
+from undertow.streams.consumer import Message
+from undertow.streams.topics import CATALOG
 
 HEAD_BYTES = 32  # of an undecodable message, shown in hex
 LONG_LIST = 8  # longer lists are shown as their length

@@ -4,11 +4,11 @@ A plugin is a function or class registered with `@processor("name")` (or named b
 config); see processors/api.py for the contract and processors/pipeline.py for how stages run.
 """
 
-from processors.api import PROCESSORS, Reject, Stage, build_stages, processor
-from processors.groups import Arrival
-from processors.harness import Harness
-from processors.pipeline import Dropped, Output, Pipeline
-from processors.score import reward
+from undertow.processors.api import PROCESSORS, Reject, Stage, build_stages, processor
+from undertow.processors.groups import Arrival
+from undertow.processors.harness import Harness
+from undertow.processors.pipeline import Dropped, Output, Pipeline
+from undertow.processors.score import reward
 
 __all__ = ["PROCESSORS", "Arrival", "Dropped", "Harness", "Output", "Pipeline", "Reject", "Stage",
            "build_stages", "processor", "reward"]

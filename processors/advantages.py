@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernel.registry import Registry
+from undertow.kernel.registry import Registry
 
 ADVANTAGES: Registry = Registry("advantage estimator")
 

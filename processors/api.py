@@ -18,8 +18,8 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from kernel.registry import Component, Registry
-from schemas import Experience
+from undertow.kernel.registry import Component, Registry
+from undertow.schemas import Experience
 
 PROCESSORS: Registry[Any] = Registry("processor")
 
@@ -96,6 +96,6 @@ class _FunctionProcessor:
 def build_stages(entries: list[str | Mapping[str, Any]]) -> list[Stage]:
     """Resolve config entries (`name`, `pkg.mod.fn`, or `{name: …, **kwargs}`) into stages, in order."""
     # Importing the built-ins registers them; done here so `processors.api` stays import-light.
-    import processors.builtins  # noqa: F401
+    import undertow.processors.builtins  # noqa: F401
 
     return [Stage(PROCESSORS.resolve(entry)) for entry in entries]

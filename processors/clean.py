@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from schemas import Experience
-from processors.api import Reject, processor
-from processors.state import DedupeWindow, StageContext, content_hash
+from undertow.schemas import Experience
+from undertow.processors.api import Reject, processor
+from undertow.processors.state import DedupeWindow, StageContext, content_hash
 
 
 @processor("clean")

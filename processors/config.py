@@ -39,7 +39,7 @@ class ProcessorsConfig(BaseModel):
     @field_validator("pipeline")
     @classmethod
     def _pipeline_builds(cls, entries: list[str | dict[str, Any]]) -> list[str | dict[str, Any]]:
-        from processors.pipeline import Pipeline  # the stages' module imports this one's siblings
+        from undertow.processors.pipeline import Pipeline  # the stages' module imports this one's siblings
 
         try:  # unknown names and wrong arguments fail here, before a broker or a process starts
             Pipeline.from_config(entries)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from typing import Any, Mapping
 
-from schemas import Experience
-from processors.api import Reject, processor
+from undertow.schemas import Experience
+from undertow.processors.api import Reject, processor
 
 TEXT_KEY = "text"
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import msgpack
 
-from schemas import Experience, decode, encode
-from processors.state import StateStore
+from undertow.schemas import Experience, decode, encode
+from undertow.processors.state import StateStore
 
 
 @dataclass

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Literal, Mapping
 
-from schemas import Experience
-from processors.groups import Arrival
-from processors.pipeline import Output, Pipeline
-from processors.state import StageContext
+from undertow.schemas import Experience
+from undertow.processors.groups import Arrival
+from undertow.processors.pipeline import Output, Pipeline
+from undertow.processors.state import StageContext
 
 
 class Harness:

@@ -11,11 +11,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Mapping
 
-from schemas import Experience, Record, TaskStat
-from processors.api import Reject, Result, Stage, build_stages
-from processors.groups import Arrival, Closed, GroupBuffer
-from processors.metrics import PipelineStats
-from processors.state import StageContext
+from undertow.schemas import Experience, Record, TaskStat
+from undertow.processors.api import Reject, Result, Stage, build_stages
+from undertow.processors.groups import Arrival, Closed, GroupBuffer
+from undertow.processors.metrics import PipelineStats
+from undertow.processors.state import StageContext
 
 ASSEMBLE = "assemble"
 

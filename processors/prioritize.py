@@ -15,9 +15,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable
 
-from schemas import Experience, TaskStat
-from processors.api import processor
-from processors.state import StageContext
+from undertow.schemas import Experience, TaskStat
+from undertow.processors.api import processor
+from undertow.processors.state import StageContext
 
 
 @dataclass(slots=True)

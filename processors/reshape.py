@@ -6,11 +6,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from schemas import Experience
-from schemas.base import FLOAT32_MAX
-from processors.advantages import ADVANTAGES
-from processors.api import Reject, processor
-from processors.shaping import SHAPERS
+from undertow.schemas import Experience
+from undertow.schemas.base import FLOAT32_MAX
+from undertow.processors.advantages import ADVANTAGES
+from undertow.processors.api import Reject, processor
+from undertow.processors.shaping import SHAPERS
 
 Entry = str | Mapping[str, Any]
 

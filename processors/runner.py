@@ -12,13 +12,13 @@ import os
 import socket
 from typing import Callable
 
-from schemas import Experience, MetricEvent, encode
-from streams import RunContext, Topics
-from streams.faust import App, DeadLetter, Send, SourceRecord, WorkerPlan, build_worker_app, run_app
-from processors.config import ProcessorsConfig
-from processors.groups import Arrival
-from processors.pipeline import Output, Pipeline
-from processors.state import StageContext, StateStore
+from undertow.schemas import Experience, MetricEvent, encode
+from undertow.streams import RunContext, Topics
+from undertow.streams.faust import App, DeadLetter, Send, SourceRecord, WorkerPlan, build_worker_app, run_app
+from undertow.processors.config import ProcessorsConfig
+from undertow.processors.groups import Arrival
+from undertow.processors.pipeline import Output, Pipeline
+from undertow.processors.state import StageContext, StateStore
 
 
 def build_app(cfg: ProcessorsConfig, context: RunContext, worker: str | None = None) -> App:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from typing import Any, Callable, Mapping
 
-from kernel.registry import Registry
-from schemas import Experience
-from processors.api import Reject, processor
+from undertow.kernel.registry import Registry
+from undertow.schemas import Experience
+from undertow.processors.api import Reject, processor
 
 REWARDS: Registry[Callable[..., dict[str, float]]] = Registry("stream reward")
 SCORERS: Registry[Any] = Registry("scorer")

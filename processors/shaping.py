@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernel.registry import Registry
+from undertow.kernel.registry import Registry
 
 SHAPERS: Registry = Registry("reward shaping")
 

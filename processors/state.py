@@ -16,7 +16,7 @@ from typing import Callable, Iterator, Protocol
 
 import msgpack
 
-from schemas import Experience
+from undertow.schemas import Experience
 
 
 class StateStore(Protocol):

@@ -7,13 +7,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from kernel.registry import checked_entry
+from undertow.kernel.registry import checked_entry
 
-from rollout.engines import engines
-from rollout.engines.base import SamplingParams
-from rollout.engines.vllm_engine import refuse_warped_sampling
-from rollout.rewards import rewards
-from rollout.workflows import workflows
+from undertow.rollout.engines import engines
+from undertow.rollout.engines.base import SamplingParams
+from undertow.rollout.engines.vllm_engine import refuse_warped_sampling
+from undertow.rollout.rewards import rewards
+from undertow.rollout.workflows import workflows
 
 Entry = str | dict[str, Any]  # a registry entry: `name`, dotted path, or {name: …, **kwargs}
 

@@ -11,14 +11,14 @@ import logging
 import threading
 from pathlib import Path
 
-from schemas import EvalResult, MetricEvent
-from streams import RecordProducer, RunContext, Topics
+from undertow.schemas import EvalResult, MetricEvent
+from undertow.streams import RecordProducer, RunContext, Topics
 
-from kernel.models import ModelSpec
-from rollout.config import EvalConfig, RolloutConfig
-from rollout.engines import build_engine
-from rollout.evaluation import Evaluator, metric_values
-from rollout.weight_subscriber import WeightSubscriber
+from undertow.kernel.models import ModelSpec
+from undertow.rollout.config import EvalConfig, RolloutConfig
+from undertow.rollout.engines import build_engine
+from undertow.rollout.evaluation import Evaluator, metric_values
+from undertow.rollout.weight_subscriber import WeightSubscriber
 
 log = logging.getLogger(__name__)
 COMPONENT = "eval"

@@ -16,15 +16,15 @@ import time
 from dataclasses import dataclass
 from math import comb
 
-from kernel.progress import Bar, progress
-from schemas import EvalResult, Task
+from undertow.kernel.progress import Bar, progress
+from undertow.schemas import EvalResult, Task
 
-from rollout.config import EvalConfig, RolloutConfig, TasksetConfig
-from rollout.engines import Engine, SamplingParams
-from rollout.feeder import load_items
-from rollout.rewards import RewardFn, build_reward, total
-from rollout.workflows import WorkflowContext
-from rollout.workflows.base import prompt_tokens
+from undertow.rollout.config import EvalConfig, RolloutConfig, TasksetConfig
+from undertow.rollout.engines import Engine, SamplingParams
+from undertow.rollout.feeder import load_items
+from undertow.rollout.rewards import RewardFn, build_reward, total
+from undertow.rollout.workflows import WorkflowContext
+from undertow.rollout.workflows.base import prompt_tokens
 
 BATCH_PROMPTS = 64  # prompts per engine call: the engine batches them
 

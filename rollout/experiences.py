@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 
-from schemas import Experience, Task
+from undertow.schemas import Experience, Task
 
-from rollout.rewards.registry import total
-from rollout.workflows.base import Trajectory
+from undertow.rollout.rewards.registry import total
+from undertow.rollout.workflows.base import Trajectory
 
 
 def experience_id(group_id: str, sample_index: int) -> str:

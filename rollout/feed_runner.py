@@ -15,13 +15,13 @@ import threading
 from dataclasses import dataclass
 from typing import Iterator
 
-from schemas import DecodeError, Task, TaskStat, decode
-from streams import GroupLag, KafkaSettings, RecordConsumer, RecordProducer, RunContext
-from streams.consumer import read_to_end
+from undertow.schemas import DecodeError, Task, TaskStat, decode
+from undertow.streams import GroupLag, KafkaSettings, RecordConsumer, RecordProducer, RunContext
+from undertow.streams.consumer import read_to_end
 
-from rollout.config import FeederConfig, rollout_group
-from rollout.feeder import TaskSampler, load_items
-from rollout.feeder.sampler import Difficulty, Taskset
+from undertow.rollout.config import FeederConfig, rollout_group
+from undertow.rollout.feeder import TaskSampler, load_items
+from undertow.rollout.feeder.sampler import Difficulty, Taskset
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ import os
 import signal
 import threading
 
-from streams import RunContext
+from undertow.streams import RunContext
 
-from rollout.config import FeederConfig, RolloutConfig
+from undertow.rollout.config import FeederConfig, RolloutConfig
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def _worker_process(cfg: RolloutConfig, context: RunContext, index: int, max_tas
 def _work(cfg: RolloutConfig, context: RunContext, name: str, max_tasks: int | None, idle_timeout: float | None):
     import torch
 
-    from rollout.worker import RolloutWorker
+    from undertow.rollout.worker import RolloutWorker
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     worker = RolloutWorker(cfg, context, name)
@@ -76,7 +76,7 @@ def _work(cfg: RolloutConfig, context: RunContext, name: str, max_tasks: int | N
 
 def feed(cfg: FeederConfig, context: RunContext, *, max_tasks: int | None = None) -> int:
     """Run the task feeder of the `feeder:` section `cfg` in `context`; returns the tasks published."""
-    from rollout.feed_runner import Feeder
+    from undertow.rollout.feed_runner import Feeder
 
     feeder = Feeder(cfg, context)
     return feeder.run(max_tasks=max_tasks, stop=_stop_on_signals()).published

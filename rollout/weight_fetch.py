@@ -14,11 +14,11 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from kernel import broadcast
-from kernel.models.weights import file_header, read_header
-from schemas import Bucket, WeightIntegrityError, WeightUpdate, verify_manifest
+from undertow.kernel import broadcast
+from undertow.kernel.models.weights import file_header, read_header
+from undertow.schemas import Bucket, WeightIntegrityError, WeightUpdate, verify_manifest
 
-from rollout.weights import Staged
+from undertow.rollout.weights import Staged
 
 READ_BYTES = 8 << 20
 

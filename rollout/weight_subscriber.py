@@ -13,11 +13,11 @@ import logging
 import threading
 import time
 
-from schemas import WeightIntegrityError, WeightUpdate
-from streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
+from undertow.schemas import WeightIntegrityError, WeightUpdate
+from undertow.streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
 
-from rollout.weight_fetch import fetch_files, receive_broadcast
-from rollout.weights import Assembled, Staged, WeightAssembler
+from undertow.rollout.weight_fetch import fetch_files, receive_broadcast
+from undertow.rollout.weights import Assembled, Staged, WeightAssembler
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from schemas import WeightUpdate, assemble_weights
+from undertow.schemas import WeightUpdate, assemble_weights
 
 
 @dataclass

@@ -13,16 +13,16 @@ import threading
 import time
 from dataclasses import dataclass
 
-from schemas import MAX_RECORD_BYTES, Experience, MetricEvent, Task, encode
-from streams import Delivery, RecordConsumer, RecordProducer, RunContext
+from undertow.schemas import MAX_RECORD_BYTES, Experience, MetricEvent, Task, encode
+from undertow.streams import Delivery, RecordConsumer, RecordProducer, RunContext
 
-from rollout.admission import Admission
-from rollout.config import RolloutConfig, rollout_group
-from rollout.engines import build_engine
-from rollout.experiences import to_experiences
-from rollout.rewards import build_reward
-from rollout.weight_subscriber import WeightSubscriber
-from rollout.workflows import Outcome, WorkflowContext, build_batch_workflow
+from undertow.rollout.admission import Admission
+from undertow.rollout.config import RolloutConfig, rollout_group
+from undertow.rollout.engines import build_engine
+from undertow.rollout.experiences import to_experiences
+from undertow.rollout.rewards import build_reward
+from undertow.rollout.weight_subscriber import WeightSubscriber
+from undertow.rollout.workflows import Outcome, WorkflowContext, build_batch_workflow
 
 log = logging.getLogger(__name__)
 

@@ -1,12 +1,12 @@
 """Kafka plumbing: settings, the topic catalog, admin, record producer/consumer, Faust apps."""
 
-from streams.admin import TopicInfo, TopicNotFound, create_topics, describe_topics, list_topics, record_counts
-from streams.connect import KafkaUnreachable, connect
-from streams.context import RunContext
-from streams.consumer import Delivery, GroupLag, RecordConsumer
-from streams.producer import DeliveryError, RecordProducer
-from streams.settings import BOOTSTRAP_ENV, KafkaSettings
-from streams.topics import CATALOG, NAMESPACE_PATTERN, TopicSpec, Topics
+from undertow.streams.admin import TopicInfo, TopicNotFound, create_topics, describe_topics, list_topics, record_counts
+from undertow.streams.connect import KafkaUnreachable, connect
+from undertow.streams.context import RunContext
+from undertow.streams.consumer import Delivery, GroupLag, RecordConsumer
+from undertow.streams.producer import DeliveryError, RecordProducer
+from undertow.streams.settings import BOOTSTRAP_ENV, KafkaSettings
+from undertow.streams.topics import CATALOG, NAMESPACE_PATTERN, TopicSpec, Topics
 
 __all__ = [
     "BOOTSTRAP_ENV", "CATALOG", "Delivery", "DeliveryError", "GroupLag", "KafkaSettings", "KafkaUnreachable", "NAMESPACE_PATTERN",

@@ -11,9 +11,9 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.errors import NodeNotReadyError, UnknownBrokerIdError
 
-from streams.connect import connect
-from streams.settings import KafkaSettings
-from streams.topics import Topics
+from undertow.streams.connect import connect
+from undertow.streams.settings import KafkaSettings
+from undertow.streams.topics import Topics
 
 CREATE_ATTEMPTS = 5
 Offsets = dict[tuple[str, int], int]  # per (topic, partition), as streams.consumer's

@@ -18,13 +18,13 @@ from typing import Callable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kernel.progress import Bar
+from undertow.kernel.progress import Bar
 
-from schemas import DecodeError, Rejected, WeightUpdate, decode, record_types
-from streams.archive_store import ArchivedMessage, ArchiveStore
-from streams.consumer import Partition, RecordConsumer
-from streams.settings import KafkaSettings
-from streams.topics import CATALOG
+from undertow.schemas import DecodeError, Rejected, WeightUpdate, decode, record_types
+from undertow.streams.archive_store import ArchivedMessage, ArchiveStore
+from undertow.streams.consumer import Partition, RecordConsumer
+from undertow.streams.settings import KafkaSettings
+from undertow.streams.topics import CATALOG
 
 ARCHIVABLE = tuple(spec.suffix for spec in CATALOG if spec.suffix != "weights")  # weights: blobs, kept elsewhere
 DEFAULT_TOPICS = ["experiences.raw", "experiences.ready", "experiences.rejected", "metrics", "task-stats"]

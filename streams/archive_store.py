@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from schemas import Record, arrow_schema, record_type, to_arrow
+from undertow.schemas import Record, arrow_schema, record_type, to_arrow
 
 META_FIELDS = [
     pa.field("kafka_topic", pa.string()), pa.field("kafka_partition", pa.int32()),

@@ -6,7 +6,7 @@ from typing import Any, TypeVar
 
 from kafka.errors import KafkaTimeoutError
 
-from streams.settings import KafkaSettings
+from undertow.streams.settings import KafkaSettings
 
 C = TypeVar("C")
 

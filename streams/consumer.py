@@ -7,11 +7,11 @@ from typing import Any, Generic, Iterable, Iterator, Literal, Mapping, TypeVar
 
 from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 
-from schemas import DecodeError, Record, decode, record_types
-from streams.admin import topic_partitions
-from streams.connect import connect
-from streams.producer import RecordProducer
-from streams.settings import KafkaSettings
+from undertow.schemas import DecodeError, Record, decode, record_types
+from undertow.streams.admin import topic_partitions
+from undertow.streams.connect import connect
+from undertow.streams.producer import RecordProducer
+from undertow.streams.settings import KafkaSettings
 
 R = TypeVar("R", bound=Record)
 

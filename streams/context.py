@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernel.models.spec import ModelSpec
-from streams.settings import KafkaSettings
-from streams.topics import NAMESPACE_PATTERN, Topics
+from undertow.kernel.models.spec import ModelSpec
+from undertow.streams.settings import KafkaSettings
+from undertow.streams.topics import NAMESPACE_PATTERN, Topics
 
 
 class RunContext(BaseModel):

@@ -15,10 +15,10 @@ import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
-from streams.archive import archived
-from streams.archive_store import ArchivedMessage, ArchiveStore, archive_table, open_filesystem, table_schema
-from streams.consumer import read_messages
-from streams.settings import KafkaSettings
+from undertow.streams.archive import archived
+from undertow.streams.archive_store import ArchivedMessage, ArchiveStore, archive_table, open_filesystem, table_schema
+from undertow.streams.consumer import read_messages
+from undertow.streams.settings import KafkaSettings
 
 
 @dataclass(frozen=True)

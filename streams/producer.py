@@ -7,10 +7,10 @@ from typing import Any
 from kafka import KafkaProducer
 from kafka.producer.future import FutureRecordMetadata
 
-from schemas import MAX_RECORD_BYTES, Record, Rejected, encode
-from streams.connect import connect
-from streams.settings import KafkaSettings
-from streams.topics import MAX_MESSAGE_BYTES
+from undertow.schemas import MAX_RECORD_BYTES, Record, Rejected, encode
+from undertow.streams.connect import connect
+from undertow.streams.settings import KafkaSettings
+from undertow.streams.topics import MAX_MESSAGE_BYTES
 
 
 def as_key(key: str | bytes | None) -> bytes | None:

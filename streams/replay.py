@@ -19,11 +19,11 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from kernel.progress import Bar
-from kernel.registry import Registry
-from schemas import Experience, PreferencePair, Record, from_arrow, record_type
-from streams.history import VIEWS, History
-from streams.producer import RecordProducer
+from undertow.kernel.progress import Bar
+from undertow.kernel.registry import Registry
+from undertow.schemas import Experience, PreferencePair, Record, from_arrow, record_type
+from undertow.streams.history import VIEWS, History
+from undertow.streams.producer import RecordProducer
 
 Shape = Callable[..., list[Record]]
 replay_shapes: Registry[Shape] = Registry("replay shape")

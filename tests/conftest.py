@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from infra.broker import LocalKafka, free_port_block
-from streams import BOOTSTRAP_ENV, KafkaSettings, create_topics
+from undertow.infra.broker import LocalKafka, free_port_block
+from undertow.streams import BOOTSTRAP_ENV, KafkaSettings, create_topics
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 

@@ -11,9 +11,9 @@ from typing import Any, Callable
 
 import yaml
 
-from schemas import Experience, Record, decode
-from streams import KafkaSettings, RecordProducer, RunContext
-from streams.consumer import read_to_end
+from undertow.schemas import Experience, Record, decode
+from undertow.streams import KafkaSettings, RecordProducer, RunContext
+from undertow.streams.consumer import read_to_end
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,7 +63,7 @@ def write_config(path: Path, namespace: str, **sections: Any) -> Path:
 def load_run(path: Path, kafka: KafkaSettings | None = None) -> tuple[Any, RunContext]:
     """What a component command makes of the config at `path`: the run config, and the context its
     component is given, on the test cluster `kafka`."""
-    from infra.run_config import load_component_config
+    from undertow.infra.run_config import load_component_config
 
     cfg = load_component_config(path)
     return cfg, RunContext(namespace=cfg.namespace, kafka=kafka or cfg.kafka, model=cfg.model)
@@ -94,7 +94,7 @@ def env(**extra: str) -> dict[str, str]:
 
 def cli(*args: str, timeout: float = 120, **extra_env: str) -> subprocess.CompletedProcess:
     """Run `undertow …` as a subprocess; fails the test with its output when it fails."""
-    done = subprocess.run([sys.executable, "-m", "infra.cli", *args], env=env(**extra_env), cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "undertow.infra.cli", *args], env=env(**extra_env), cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stdout[-5000:] + done.stderr[-5000:]
     return done
@@ -102,5 +102,5 @@ def cli(*args: str, timeout: float = 120, **extra_env: str) -> subprocess.Comple
 
 def start_cli(*args: str, **extra_env: str) -> subprocess.Popen:
     """Start `undertow …`; its output (stdout and stderr together) is the Popen's stdout."""
-    return subprocess.Popen([sys.executable, "-m", "infra.cli", *args], env=env(**extra_env), cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "undertow.infra.cli", *args], env=env(**extra_env), cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

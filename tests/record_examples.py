@@ -3,7 +3,7 @@
 Floats in per-token lists are fp32-representable, so they survive the fp32 wire format exactly.
 """
 
-from schemas import (
+from undertow.schemas import (
     EvalResult,
     Experience,
     MetricEvent,

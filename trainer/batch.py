@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from schemas import Experience, PreferencePair
+from undertow.schemas import Experience, PreferencePair
 
 
 @dataclass

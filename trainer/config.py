@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from kernel.registry import checked_entry
+from undertow.kernel.registry import checked_entry
 
 from .algorithms import aggregations, kl_estimators, policy_losses
 

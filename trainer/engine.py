@@ -16,9 +16,9 @@ from typing import Any, Callable, TypeVar
 import torch
 import torch.distributed as dist
 
-from kernel.models import ModelSpec, build_model
-from kernel.models.adapters import LoraShape, adapter_tensors, wrap_lora
-from kernel.models.weights import state_tensors
+from undertow.kernel.models import ModelSpec, build_model
+from undertow.kernel.models.adapters import LoraShape, adapter_tensors, wrap_lora
+from undertow.kernel.models.weights import state_tensors
 
 from .config import EngineConfig, LoraConfig
 from .optim import build_optimizer, build_schedule

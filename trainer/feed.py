@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from schemas import Experience, Record, encode
-from streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
+from undertow.schemas import Experience, Record, encode
+from undertow.streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
 
 from .config import BatchingConfig
 from .intake import GroupAssembler, Item, OffsetTracker, TrainedIds, check_experience

@@ -11,7 +11,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from schemas import Experience, PreferencePair, Record
+from undertow.schemas import Experience, PreferencePair, Record
 
 Partition = tuple[str, int]  # (topic, partition)
 

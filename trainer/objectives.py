@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from kernel.registry import Registry
-from schemas import Experience, PreferencePair, Record
-from schemas.logprobs import sequence_logprobs
+from undertow.kernel.registry import Registry
+from undertow.schemas import Experience, PreferencePair, Record
+from undertow.schemas.logprobs import sequence_logprobs
 
 from .algorithms import (PolicyInputs, Totals, aggregations, dpo_loss, entropy, kl_estimators, masked, masked_mean,
                          policy_losses)

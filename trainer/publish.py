@@ -24,11 +24,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from kernel import broadcast
-from kernel.models.weights import read_header, to_buckets
-from kernel.registry import Registry
-from schemas import Bucket, MetricEvent, TensorMeta, WeightUpdate, announce_buckets, chunk_weights
-from streams import KafkaSettings, RecordProducer, Topics
+from undertow.kernel import broadcast
+from undertow.kernel.models.weights import read_header, to_buckets
+from undertow.kernel.registry import Registry
+from undertow.schemas import Bucket, MetricEvent, TensorMeta, WeightUpdate, announce_buckets, chunk_weights
+from undertow.streams import KafkaSettings, RecordProducer, Topics
 
 from .config import WeightsConfig
 

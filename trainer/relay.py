@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import msgpack
 import torch
 
-from schemas import Record, decode, encode
+from undertow.schemas import Record, decode, encode
 
 
 @dataclass

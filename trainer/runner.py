@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernel.models import ModelSpec, build_tokenizer
-from schemas import MetricEvent
-from streams import KafkaSettings, RecordProducer, RunContext, Topics
+from undertow.kernel.models import ModelSpec, build_tokenizer
+from undertow.schemas import MetricEvent
+from undertow.streams import KafkaSettings, RecordProducer, RunContext, Topics
 
 from .checkpoint import Ledger, PartitionOffset, TrainerState, load_checkpoint, save_checkpoint
 from .config import TrainerConfig

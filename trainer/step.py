@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import torch
 
-from schemas import Record
+from undertow.schemas import Record
 
 from .algorithms import Totals
 from .engine import Process

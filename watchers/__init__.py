@@ -5,8 +5,8 @@ path in config); see watchers/api.py for the contract, watchers/harness.py to te
 broker, and watchers/runner.py for how `undertow watch` runs them.
 """
 
-from watchers.api import COMPONENT, WATCHERS, Alert, watcher
-from watchers.harness import Harness
-from watchers import experiences, training  # noqa: F401 — registers the built-ins
+from undertow.watchers.api import COMPONENT, WATCHERS, Alert, watcher
+from undertow.watchers.harness import Harness
+from undertow.watchers import experiences, training  # noqa: F401 — registers the built-ins
 
 __all__ = ["COMPONENT", "WATCHERS", "Alert", "Harness", "watcher"]

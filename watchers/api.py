@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from kernel.registry import Registry
-from schemas import EvalResult, Experience, MetricEvent, Record, Rejected
+from undertow.kernel.registry import Registry
+from undertow.schemas import EvalResult, Experience, MetricEvent, Record, Rejected
 
 WATCHERS: Registry[Any] = Registry("watcher")
 COMPONENT = "watcher"  # the metric events' component, alerts and errors alike

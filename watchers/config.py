@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kernel.registry import Component, RegistryError
-from schemas import Record
-from streams import Topics
-from watchers.api import READABLE, WATCHERS, reads_of
+from undertow.kernel.registry import Component, RegistryError
+from undertow.schemas import Record
+from undertow.streams import Topics
+from undertow.watchers.api import READABLE, WATCHERS, reads_of
 
 Entry = str | dict[str, Any]
 

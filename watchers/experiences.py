@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections import deque
 
-from schemas import Experience, Rejected
-from watchers.api import Alert, watcher
-from watchers.stats import Rolling, Trigger
+from undertow.schemas import Experience, Rejected
+from undertow.watchers.api import Alert, watcher
+from undertow.watchers.stats import Rolling, Trigger
 
 
 @watcher("response_length", reads=("raw",))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from schemas import MetricEvent, Record
-from watchers.api import Alert, alert_event, as_alerts, step_of
-from watchers.config import Entry, watcher_specs
+from undertow.schemas import MetricEvent, Record
+from undertow.watchers.api import Alert, alert_event, as_alerts, step_of
+from undertow.watchers.config import Entry, watcher_specs
 
 
 class Harness:

@@ -12,10 +12,10 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from schemas import DecodeError, decode
-from streams import KafkaSettings, RecordConsumer, RecordProducer, RunContext, Topics
-from watchers.api import COMPONENT, alert_event, as_alerts, error_event, step_of
-from watchers.config import Entry, WatcherSpec, watcher_specs
+from undertow.schemas import DecodeError, decode
+from undertow.streams import KafkaSettings, RecordConsumer, RecordProducer, RunContext, Topics
+from undertow.watchers.api import COMPONENT, alert_event, as_alerts, error_event, step_of
+from undertow.watchers.config import Entry, WatcherSpec, watcher_specs
 
 log = logging.getLogger(__name__)
 

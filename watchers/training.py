@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from schemas import EvalResult, MetricEvent
-from watchers.api import Alert, watcher
-from watchers.stats import Rolling, Trigger
+from undertow.schemas import EvalResult, MetricEvent
+from undertow.watchers.api import Alert, watcher
+from undertow.watchers.stats import Rolling, Trigger
 
 TRAINER = "trainer"  # the trainer's metric events' component
 

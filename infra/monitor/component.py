@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from infra.monitor.config import MonitorConfig
-from infra.monitor.sinks import Scalar, Sink, SinkContext, safe_tag, sinks
-from schemas import MetricEvent
-from streams import Delivery, RecordConsumer, RunContext
+from undertow.infra.monitor.config import MonitorConfig
+from undertow.infra.monitor.sinks import Scalar, Sink, SinkContext, safe_tag, sinks
+from undertow.schemas import MetricEvent
+from undertow.streams import Delivery, RecordConsumer, RunContext
 
 log = logging.getLogger(__name__)
 SOURCE_LABELS = ("worker", "event", "child", "watcher")  # labels that tell two series of one component apart

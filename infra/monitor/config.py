@@ -6,8 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from kernel.registry import checked_entry
-from infra.monitor.sinks import sinks
+from undertow.kernel.registry import checked_entry
+from undertow.infra.monitor.sinks import sinks
 
 
 class MonitorConfig(BaseModel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from infra.monitor.sinks import Scalar, SinkContext, needs_extra, sinks
+from undertow.infra.monitor.sinks import Scalar, SinkContext, needs_extra, sinks
 
 STAGE_TAG = "undertow.stage"
 

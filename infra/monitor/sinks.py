@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Protocol
 
-from kernel.registry import Registry
+from undertow.kernel.registry import Registry
 
 EXTRA = "monitor"  # pyproject's optional-dependencies group holding the sinks' libraries
 

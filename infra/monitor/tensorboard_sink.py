@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infra.monitor.sinks import Scalar, SinkContext, needs_extra, sinks
+from undertow.infra.monitor.sinks import Scalar, SinkContext, needs_extra, sinks
 
 
 @sinks.register("tensorboard")

@@ -7,7 +7,7 @@ import re
 from itertools import groupby
 from typing import Literal
 
-from infra.monitor.sinks import Scalar, SinkContext, needs_extra, sinks
+from undertow.infra.monitor.sinks import Scalar, SinkContext, needs_extra, sinks
 
 STEP = "policy_version"
 

@@ -1,12 +1,12 @@
 """The policy model: its spec, its sources (a registry: tiny, hf, gguf, …), and the builders every
 stage uses, so rollout engines and the trainer always hold the same model."""
 
-from kernel.models.builders import build_model, build_tokenizer, local_dir
-from kernel.models.gguf import SMOLLM2_GGUF, find_smollm2_gguf
-from kernel.models.sources import model_sources
-from kernel.models.spec import ModelSpec, TinyModel
-from kernel.models.tiny import CHARSET, char_tokenizer
-from kernel.models.weights import load_weights, weights_to_bytes
+from undertow.kernel.models.builders import build_model, build_tokenizer, local_dir
+from undertow.kernel.models.gguf import SMOLLM2_GGUF, find_smollm2_gguf
+from undertow.kernel.models.sources import model_sources
+from undertow.kernel.models.spec import ModelSpec, TinyModel
+from undertow.kernel.models.tiny import CHARSET, char_tokenizer
+from undertow.kernel.models.weights import load_weights, weights_to_bytes
 
 __all__ = ["CHARSET", "SMOLLM2_GGUF", "ModelSpec", "TinyModel", "build_model", "build_tokenizer", "char_tokenizer",
            "find_smollm2_gguf", "load_weights", "local_dir", "model_sources", "weights_to_bytes"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernel.models.sources import model_sources
-from kernel.models.spec import ModelSpec
-from kernel.models.weights import load_weights
+from undertow.kernel.models.sources import model_sources
+from undertow.kernel.models.spec import ModelSpec
+from undertow.kernel.models.weights import load_weights
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerFast

@@ -7,7 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
-from kernel.progress import progress
+from undertow.kernel.progress import progress
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kernel.models.gguf import dequantized_dir, find_smollm2_gguf
-from kernel.models.tiny import char_tokenizer, tiny_gpt2
-from kernel.registry import Registry
+from undertow.kernel.models.gguf import dequantized_dir, find_smollm2_gguf
+from undertow.kernel.models.tiny import char_tokenizer, tiny_gpt2
+from undertow.kernel.registry import Registry
 
 if TYPE_CHECKING:
-    from kernel.models.spec import ModelSpec
+    from undertow.kernel.models.spec import ModelSpec
 
 model_sources: Registry[Any] = Registry("model source")
 

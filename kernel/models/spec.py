@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from kernel.registry import checked_entry
+from undertow.kernel.registry import checked_entry
 
 
 class TinyModel(BaseModel):
@@ -38,13 +38,13 @@ class ModelSpec(BaseModel):
     @field_validator("source")
     @classmethod
     def _known_source(cls, value: str) -> str:
-        from kernel.models.sources import model_sources  # registers the built-in sources
+        from undertow.kernel.models.sources import model_sources  # registers the built-in sources
 
         return checked_entry(model_sources, value)
 
     @model_validator(mode="after")
     def _source_accepts(self) -> "ModelSpec":
-        from kernel.models.sources import model_sources
+        from undertow.kernel.models.sources import model_sources
 
         model_sources.get(self.source).check(self)
         return self

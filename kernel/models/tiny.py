@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
-    from kernel.models.spec import ModelSpec
+    from undertow.kernel.models.spec import ModelSpec
 
 # The tiny model's alphabet: enough for arithmetic, Countdown and short English prompts.
 CHARSET = string.digits + string.ascii_letters + " +-*/=()<>.,:;?!'\"#_\n"

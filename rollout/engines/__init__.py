@@ -1,7 +1,7 @@
 """Inference engines behind one interface: generate n samples per prompt, load new weights."""
 
-from rollout.engines.base import Engine, Sample, SamplingParams, engines, build_engine
-from rollout.engines import transformers_engine as _transformers  # noqa: F401  (registers "transformers")
-from rollout.engines import vllm_engine as _vllm  # noqa: F401  (registers "vllm"; imports vllm lazily)
+from undertow.rollout.engines.base import Engine, Sample, SamplingParams, engines, build_engine
+from undertow.rollout.engines import transformers_engine as _transformers  # noqa: F401  (registers "transformers")
+from undertow.rollout.engines import vllm_engine as _vllm  # noqa: F401  (registers "vllm"; imports vllm lazily)
 
 __all__ = ["Engine", "Sample", "SamplingParams", "build_engine", "engines"]

@@ -8,8 +8,8 @@ from typing import Any, Literal, Mapping, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernel.models import ModelSpec
-from kernel.registry import Registry
+from undertow.kernel.models import ModelSpec
+from undertow.kernel.registry import Registry
 
 
 class SamplingParams(BaseModel):

@@ -6,12 +6,12 @@ from typing import Literal
 
 import torch
 
-from kernel.models import ModelSpec, build_model, build_tokenizer, load_weights
-from kernel.models.weights import load_weight_files
-from kernel.models.adapters import apply_adapter, is_adapter
-from schemas.logprobs import sequence_logprobs
+from undertow.kernel.models import ModelSpec, build_model, build_tokenizer, load_weights
+from undertow.kernel.models.weights import load_weight_files
+from undertow.kernel.models.adapters import apply_adapter, is_adapter
+from undertow.schemas.logprobs import sequence_logprobs
 
-from rollout.engines.base import Sample, SamplingParams, engines
+from undertow.rollout.engines.base import Sample, SamplingParams, engines
 
 
 @engines.register("transformers")

@@ -14,15 +14,15 @@ import tempfile
 from dataclasses import replace
 from typing import Any, Literal
 
-from kernel.models import ModelSpec, build_tokenizer, local_dir
-from kernel.models.adapters import is_adapter
-from kernel.models.weights import check_fits, files_shapes
+from undertow.kernel.models import ModelSpec, build_tokenizer, local_dir
+from undertow.kernel.models.adapters import is_adapter
+from undertow.kernel.models.weights import check_fits, files_shapes
 
-from rollout.engines.base import Sample, SamplingParams, engines
-from rollout.engines.vllm_lora import LoraSlot
-from rollout.engines.vllm_weights import checkpoint_shapes, check_update
+from undertow.rollout.engines.base import Sample, SamplingParams, engines
+from undertow.rollout.engines.vllm_lora import LoraSlot
+from undertow.rollout.engines.vllm_weights import checkpoint_shapes, check_update
 
-WORKER_EXTENSION = "rollout.engines.vllm_worker.WeightReload"
+WORKER_EXTENSION = "undertow.rollout.engines.vllm_worker.WeightReload"
 
 
 def refuse_warped_sampling(params: SamplingParams) -> None:

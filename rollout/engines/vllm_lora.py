@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from kernel.models.adapters import adapter_shape
+from undertow.kernel.models.adapters import adapter_shape
 
 
 class LoraSlot:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernel.models.weights import check_fits, files_shapes, read_header
+from undertow.kernel.models.weights import check_fits, files_shapes, read_header
 
 
 def checkpoint_shapes(folder: str | Path) -> dict[str, tuple[int, ...]]:

@@ -1,8 +1,8 @@
 """The task feeder: tasksets (files, HF datasets directories, procedural generators) mixed into the tasks topic."""
 
-from rollout.feeder.items import TaskItem, load_items, source, sources
-from rollout.feeder import files as _files  # noqa: F401  (fills the source registry)
-from rollout.feeder import procedural as _procedural  # noqa: F401
-from rollout.feeder.sampler import TaskSampler, difficulty_weight, item_key
+from undertow.rollout.feeder.items import TaskItem, load_items, source, sources
+from undertow.rollout.feeder import files as _files  # noqa: F401  (fills the source registry)
+from undertow.rollout.feeder import procedural as _procedural  # noqa: F401
+from undertow.rollout.feeder.sampler import TaskSampler, difficulty_weight, item_key
 
 __all__ = ["TaskItem", "TaskSampler", "difficulty_weight", "item_key", "load_items", "source", "sources"]

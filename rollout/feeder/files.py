@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
-from rollout.feeder.items import TaskItem, source
+from undertow.rollout.feeder.items import TaskItem, source
 
 TASK_FIELDS = {"prompt", "answer", "messages", "id"}
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, Mapping
 
 from pydantic import JsonValue
 
-from kernel.registry import Registry
+from undertow.kernel.registry import Registry
 
 
 @dataclass

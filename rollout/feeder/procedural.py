@@ -10,7 +10,7 @@ import operator
 import random
 from fractions import Fraction
 
-from rollout.feeder.items import TaskItem, source
+from undertow.rollout.feeder.items import TaskItem, source
 
 # (template, operation): GSM8K-like one-step stories with a numeric answer.
 WORD_PROBLEMS = (

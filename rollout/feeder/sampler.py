@@ -13,9 +13,9 @@ import random
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from schemas import Task, TaskStat
+from undertow.schemas import Task, TaskStat
 
-from rollout.feeder.items import TaskItem
+from undertow.rollout.feeder.items import TaskItem
 
 
 def item_key(task_id: str) -> str:

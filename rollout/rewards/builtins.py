@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from schemas import Task
+from undertow.schemas import Task
 
-from rollout.rewards.registry import build_reward, reward
+from undertow.rollout.rewards.registry import build_reward, reward
 
 # A number as people write it: optional sign, thousands commas, decimals.
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")

@@ -11,9 +11,9 @@ import re
 from collections import Counter
 from fractions import Fraction
 
-from schemas import Task
+from undertow.schemas import Task
 
-from rollout.rewards.registry import reward
+from undertow.rollout.rewards.registry import reward
 
 MAX_EQUATION_CHARS = 200  # a real answer is short; a long one is not worth parsing
 _OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,

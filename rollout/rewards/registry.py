@@ -6,8 +6,8 @@ import functools
 import math
 from typing import Any, Callable, Mapping
 
-from kernel.registry import Registry
-from schemas import Task
+from undertow.kernel.registry import Registry
+from undertow.schemas import Task
 
 RewardFn = Callable[[str, Task], dict[str, float]]
 

@@ -1,12 +1,12 @@
 """Workflows turn one task into a group of trajectories: single-turn, or multi-turn with an environment."""
 
-from rollout.workflows.base import Trajectory, WorkflowContext, build_workflow, prompt_tokens, workflow, workflows
-from rollout.workflows.batch import BatchWorkflow, Outcome, batched, build_batch_workflow
-from rollout.workflows.environment import Environment, StepResult, environment, environments
-from rollout.workflows import single_turn as _single  # noqa: F401  (fills the registries)
-from rollout.workflows import multi_turn as _multi  # noqa: F401
-from rollout.workflows import number_guess as _guess  # noqa: F401
-from rollout.workflows import reference as _reference  # noqa: F401
+from undertow.rollout.workflows.base import Trajectory, WorkflowContext, build_workflow, prompt_tokens, workflow, workflows
+from undertow.rollout.workflows.batch import BatchWorkflow, Outcome, batched, build_batch_workflow
+from undertow.rollout.workflows.environment import Environment, StepResult, environment, environments
+from undertow.rollout.workflows import single_turn as _single  # noqa: F401  (fills the registries)
+from undertow.rollout.workflows import multi_turn as _multi  # noqa: F401
+from undertow.rollout.workflows import number_guess as _guess  # noqa: F401
+from undertow.rollout.workflows import reference as _reference  # noqa: F401
 
 __all__ = ["BatchWorkflow", "Environment", "Outcome", "StepResult", "Trajectory", "WorkflowContext", "batched",
            "build_batch_workflow", "build_workflow", "environment",

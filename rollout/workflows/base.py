@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping
 
-from kernel.registry import Registry
-from schemas import Task
+from undertow.kernel.registry import Registry
+from undertow.schemas import Task
 
-from rollout.engines.base import Engine, SamplingParams
-from rollout.rewards.registry import RewardFn
+from undertow.rollout.engines.base import Engine, SamplingParams
+from undertow.rollout.rewards.registry import RewardFn
 
 
 @dataclass

@@ -13,9 +13,9 @@ from __future__ import annotations
 from functools import partial
 from typing import Any, Callable, Mapping
 
-from schemas import Task
+from undertow.schemas import Task
 
-from rollout.workflows.base import Trajectory, WorkflowContext, workflows
+from undertow.rollout.workflows.base import Trajectory, WorkflowContext, workflows
 
 Outcome = list[Trajectory] | Exception  # a task's group, or why it failed
 BatchWorkflow = Callable[[list[Task], WorkflowContext], list[Outcome]]

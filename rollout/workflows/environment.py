@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Protocol
 
-from kernel.registry import Registry
-from schemas import Task
+from undertow.kernel.registry import Registry
+from undertow.schemas import Task
 
 
 @dataclass

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from schemas import Task
+from undertow.schemas import Task
 
-from rollout.workflows.base import Trajectory, WorkflowContext, prompt_tokens, workflow
-from rollout.workflows.environment import Environment, environment_factory
+from undertow.rollout.workflows.base import Trajectory, WorkflowContext, prompt_tokens, workflow
+from undertow.rollout.workflows.environment import Environment, environment_factory
 
 
 @workflow("multi_turn")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 import re
 
-from schemas import Task
+from undertow.schemas import Task
 
-from rollout.workflows.environment import StepResult, environment
+from undertow.rollout.workflows.environment import StepResult, environment
 
 
 @environment("number_guess")

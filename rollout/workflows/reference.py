@@ -6,8 +6,8 @@ of the answer, so the same record can later feed off-policy RL or be replayed.
 
 from __future__ import annotations
 
-from schemas import Task
-from rollout.workflows.base import Trajectory, WorkflowContext, prompt_tokens, workflow
+from undertow.schemas import Task
+from undertow.rollout.workflows.base import Trajectory, WorkflowContext, prompt_tokens, workflow
 
 
 @workflow("reference")

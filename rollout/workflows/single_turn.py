@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from schemas import Task
+from undertow.schemas import Task
 
-from rollout.engines.base import Sample
-from rollout.workflows.base import Trajectory, WorkflowContext, prompt_tokens, workflow
-from rollout.workflows.batch import Outcome, batched, one_by_one
+from undertow.rollout.engines.base import Sample
+from undertow.rollout.workflows.base import Trajectory, WorkflowContext, prompt_tokens, workflow
+from undertow.rollout.workflows.batch import Outcome, batched, one_by_one
 
 
 @workflow("single_turn")

@@ -10,12 +10,12 @@ serving (`reread_stuck`); `Watchdog` (watchdog.py) exits a wedged worker to be r
 only by Faust workers: a rollout worker imports nothing of Faust.
 """
 
-from streams.faust.app import RecordIO, create_app, track_output_topics, track_topics
-from streams.faust.books import InOrder, Verdict, booked_consumer, in_order, next_offsets, reread_stuck
-from streams.faust.delivery import DeliveryWatch
-from streams.faust.tables import TableStore
-from streams.faust.watchdog import STALLED, Watchdog
-from streams.faust.worker import (App, DeadLetter, Send, SourceRecord, WorkerJob, WorkerPlan, build_worker_app,
+from undertow.streams.faust.app import RecordIO, create_app, track_output_topics, track_topics
+from undertow.streams.faust.books import InOrder, Verdict, booked_consumer, in_order, next_offsets, reread_stuck
+from undertow.streams.faust.delivery import DeliveryWatch
+from undertow.streams.faust.tables import TableStore
+from undertow.streams.faust.watchdog import STALLED, Watchdog
+from undertow.streams.faust.worker import (App, DeadLetter, Send, SourceRecord, WorkerJob, WorkerPlan, build_worker_app,
                                   fetch_bytes_per_partition, run_app)
 
 __all__ = ["App", "DeadLetter", "DeliveryWatch", "InOrder", "RecordIO", "STALLED", "Send", "SourceRecord", "TableStore",

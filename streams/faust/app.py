@@ -14,10 +14,10 @@ from typing import Any, Iterable
 import faust
 from aiokafka import AIOKafkaProducer
 
-from schemas import DecodeError, Record, Rejected, decode, encode
-from streams.producer import as_key
-from streams.settings import KafkaSettings
-from streams.topics import MAX_MESSAGE_BYTES, Topics
+from undertow.schemas import DecodeError, Record, Rejected, decode, encode
+from undertow.streams.producer import as_key
+from undertow.streams.settings import KafkaSettings
+from undertow.streams.topics import MAX_MESSAGE_BYTES, Topics
 
 
 def create_app(app_id: str, settings: KafkaSettings, **overrides: Any) -> faust.App:

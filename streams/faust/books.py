@@ -26,7 +26,7 @@ from aiokafka.errors import KafkaError
 from faust.transport.drivers.aiokafka import Consumer
 from faust.types import TP, Message
 
-from streams.faust.delivery import DeliveryWatch
+from undertow.streams.faust.delivery import DeliveryWatch
 
 
 class Verdict(Enum):

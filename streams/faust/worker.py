@@ -19,15 +19,15 @@ from typing import Any, Callable, Protocol
 
 import faust
 
-from schemas import MetricEvent, Record
-from streams.admin import cluster_size, partition_count
-from streams.faust.app import RecordIO, create_app, track_output_topics
-from streams.faust.books import InOrder, booked_consumer, in_order, reread_stuck
-from streams.faust.delivery import DeliveryWatch
-from streams.faust.tables import TableStore
-from streams.faust.watchdog import Watchdog
-from streams.settings import KafkaSettings
-from streams.topics import MAX_MESSAGE_BYTES, Topics
+from undertow.schemas import MetricEvent, Record
+from undertow.streams.admin import cluster_size, partition_count
+from undertow.streams.faust.app import RecordIO, create_app, track_output_topics
+from undertow.streams.faust.books import InOrder, booked_consumer, in_order, reread_stuck
+from undertow.streams.faust.delivery import DeliveryWatch
+from undertow.streams.faust.tables import TableStore
+from undertow.streams.faust.watchdog import Watchdog
+from undertow.streams.settings import KafkaSettings
+from undertow.streams.topics import MAX_MESSAGE_BYTES, Topics
 
 log = logging.getLogger(__name__)
 

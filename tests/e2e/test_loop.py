@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.metrics_log import read_metrics
+from undertow.infra.metrics_log import read_metrics
 from tests.run_output import wait_run
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -40,7 +40,7 @@ def demo_config(tmp_path: Path, **run: object) -> Path:
 
 
 def undertow_run(*args: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "infra.cli", "run", *args, "--no-live"], cwd=ROOT,
+    return subprocess.Popen([sys.executable, "-m", "undertow.infra.cli", "run", *args, "--no-live"], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
 
@@ -106,7 +106,7 @@ def test_every_readme_command_runs_on_the_finished_demo(demo):
     for args in readme_commands(demo.run_dir):
         if any(word in NOT_ON_A_FINISHED_RUN for word in args[:1] + [a for a in args if a.startswith("--")]):
             continue
-        proc = subprocess.run([sys.executable, "-m", "infra.cli", *args], cwd=ROOT, capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-m", "undertow.infra.cli", *args], cwd=ROOT, capture_output=True, text=True,
                               timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "200"})  # rich's tables unwrapped
         assert proc.returncode == 0, f"undertow {shlex.join(args)}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
         ran.append((args, proc.stdout))

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.metrics_log import read_metrics
-from infra.rollout_env import vllm_python
+from undertow.infra.metrics_log import read_metrics
+from undertow.infra.rollout_env import vllm_python
 from tests.run_output import wait_run
 from tests.vllm.tiny_llama import save_tiny_llama
 
@@ -58,7 +58,7 @@ def test_a_demo_like_run_with_the_vllm_engine_learns_on_policy_with_ratio_one(tm
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(demo_like(save_tiny_llama(tmp_path / "tiny-llama", init_std=None))))
     runs = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "infra.cli", "run", str(path), "--runs-dir", str(runs), "--no-live"],
+    proc = subprocess.Popen([sys.executable, "-m", "undertow.infra.cli", "run", str(path), "--runs-dir", str(runs), "--no-live"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     wait_run(proc, runs, timeout=600)

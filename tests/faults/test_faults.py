@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.audit import audit
-from infra.broker import LocalKafka, free_port_block
-from infra.metrics_log import read_metrics
-from infra.run import latest_export
-from rollout.feeder import item_key
-from schemas import WeightUpdate
-from streams import KafkaSettings, Topics
+from undertow.infra.audit import audit
+from undertow.infra.broker import LocalKafka, free_port_block
+from undertow.infra.metrics_log import read_metrics
+from undertow.infra.run import latest_export
+from undertow.rollout.feeder import item_key
+from undertow.schemas import WeightUpdate
+from undertow.streams import KafkaSettings, Topics
 from tests.helpers import read_all
 from tests.run_output import stop_run, wait_run
 
@@ -155,7 +155,7 @@ def start_run(cfg: dict, tmp: Path, cluster: LocalKafka) -> subprocess.Popen:
     path = tmp / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "UNDERTOW_BOOTSTRAP": cluster.bootstrap_servers}
-    return subprocess.Popen([sys.executable, "-m", "infra.cli", "run", str(path), "--runs-dir", str(tmp / "runs"),
+    return subprocess.Popen([sys.executable, "-m", "undertow.infra.cli", "run", str(path), "--runs-dir", str(tmp / "runs"),
                              "--no-live"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env)
 

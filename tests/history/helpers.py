@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from kernel.models import ModelSpec, build_tokenizer
-from schemas import Experience, MetricEvent
+from undertow.kernel.models import ModelSpec, build_tokenizer
+from undertow.schemas import Experience, MetricEvent
 
 SPEC = ModelSpec()
 REWARDS = [1.0, 0.0, 0.5, 0.25]  # per sample index: best is 0, worst is 1

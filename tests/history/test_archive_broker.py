@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from schemas import Experience, PreferencePair
-from streams import RecordProducer, Topics, create_topics, record_counts
-from streams.archive_store import ArchiveStore
-from streams.history import History
-from streams.replay import Selection, replay
+from undertow.schemas import Experience, PreferencePair
+from undertow.streams import RecordProducer, Topics, create_topics, record_counts
+from undertow.streams.archive_store import ArchiveStore
+from undertow.streams.history import History
+from undertow.streams.replay import Selection, replay
 
 from tests.helpers import cli, produce, read_all, start_cli, write_config
 

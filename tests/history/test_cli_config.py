@@ -6,8 +6,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from infra.cli import app
-from infra.run_config import RunConfig
+from undertow.infra.cli import app
+from undertow.infra.run_config import RunConfig
 
 
 def run(*args: str):

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from streams import RecordProducer, Topics, create_topics
-from streams.archive import ArchiveConfig, Archiver
-from streams.history import History
-from streams.replay import Selection, replay
+from undertow.streams import RecordProducer, Topics, create_topics
+from undertow.streams.archive import ArchiveConfig, Archiver
+from undertow.streams.history import History
+from undertow.streams.replay import Selection, replay
 
 from tests.helpers import produce, start_cli, write_config
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from streams import Topics
-from streams.archive import ArchiveConfig, Archiver
-from streams.history import History
+from undertow.streams import Topics
+from undertow.streams.archive import ArchiveConfig, Archiver
+from undertow.streams.history import History
 
 from tests.helpers import cli, produce, start_cli, write_config
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from schemas import Experience, PreferencePair
-from streams.archive import archived
-from streams.archive_store import ArchivedMessage, ArchiveStore
-from streams.history import History
-from streams.replay import Selection, replay_shapes, select
+from undertow.schemas import Experience, PreferencePair
+from undertow.streams.archive import archived
+from undertow.streams.archive_store import ArchivedMessage, ArchiveStore
+from undertow.streams.history import History
+from undertow.streams.replay import Selection, replay_shapes, select
 
 from .helpers import make_group, metric, recorded_run
 

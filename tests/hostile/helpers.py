@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Callable
 import msgpack
 from kafka import KafkaConsumer, TopicPartition
 
-from schemas import DecodeError, Experience, Record, Rejected, decode, encode
-from streams import KafkaSettings, RecordProducer, Topics, create_topics
+from undertow.schemas import DecodeError, Experience, Record, Rejected, decode, encode
+from undertow.streams import KafkaSettings, RecordProducer, Topics, create_topics
 
 if TYPE_CHECKING:  # torch comes with the trainer: imported only by the tests that use it
-    from trainer.feed import Feed
+    from undertow.trainer.feed import Feed
 
 
 def fresh_namespace(kafka: KafkaSettings, name: str) -> str:
@@ -91,8 +91,8 @@ class TopicReader:
 def trainer_feed(kafka: KafkaSettings, topics: Topics, producer: RecordProducer, *, checks_staleness: bool,
                  trained_ids: list[str] = (), group_id: str | None = None, **batching) -> Feed:
     """The trainer's own intake (trainer/feed.py) on the ready topic, as rank 0 builds it."""
-    from trainer.config import BatchingConfig
-    from trainer.feed import Feed
+    from undertow.trainer.config import BatchingConfig
+    from undertow.trainer.feed import Feed
 
     cfg = BatchingConfig(**{"experiences": 4, "group_timeout_s": 1.0, "max_wait_s": 0.5, **batching})
     return Feed(kafka, topics, cfg, group_id=group_id or f"{topics.namespace}.trainer-{uuid.uuid4().hex[:6]}",

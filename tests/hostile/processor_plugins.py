@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas import Experience
+from undertow.schemas import Experience
 
 
 class GroupBoom:

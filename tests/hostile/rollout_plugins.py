@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from schemas import Task
+from undertow.schemas import Task
 
-from rollout.workflows import Trajectory, WorkflowContext
+from undertow.rollout.workflows import Trajectory, WorkflowContext
 
 HUGE_CHARS = 4_000_000  # the most a text field may hold (schemas MAX_TEXT_CHARS is 4 << 20)
 

@@ -7,7 +7,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from infra.cli import app
+from undertow.infra.cli import app
 
 PLUGIN = "tests.hostile.processor_plugins.RaisesWhenBuilt"
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass, field
 import pytest
 from kafka.errors import MessageSizeTooLargeError
 
-from schemas import MAX_RECORD_BYTES, Experience, Rejected, Task, encode
-from schemas.base import MAX_TOKENS
-from schemas.events import MAX_ORIGINAL_BYTES
-from streams import KafkaSettings, RecordProducer, Topics
-from streams.topics import MAX_MESSAGE_BYTES
+from undertow.schemas import MAX_RECORD_BYTES, Experience, Rejected, Task, encode
+from undertow.schemas.base import MAX_TOKENS
+from undertow.schemas.events import MAX_ORIGINAL_BYTES
+from undertow.streams import KafkaSettings, RecordProducer, Topics
+from undertow.streams.topics import MAX_MESSAGE_BYTES
 from tests.hostile.helpers import TopicReader, f32, fields_of, fresh_namespace, pack, train_ids, trainer_feed
 from tests.helpers import exp, group
 from tests.processors.test_broker import start, stop

@@ -6,10 +6,10 @@ import threading
 
 import pytest
 
-from schemas import Experience, Rejected, Task, WeightUpdate, chunk_weights
-from streams import RecordProducer, Topics
-from rollout.weight_subscriber import WeightSubscriber
-from rollout.worker import RolloutWorker
+from undertow.schemas import Experience, Rejected, Task, WeightUpdate, chunk_weights
+from undertow.streams import RecordProducer, Topics
+from undertow.rollout.weight_subscriber import WeightSubscriber
+from undertow.rollout.worker import RolloutWorker
 from tests.hostile.helpers import fields_of, fresh_namespace, pack
 from tests.helpers import load_run, read_all, wait_for, write_config
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from schemas import MAX_RECORD_BYTES, Experience, Rejected, Task, encode
-from streams import RecordProducer, Topics
+from undertow.schemas import MAX_RECORD_BYTES, Experience, Rejected, Task, encode
+from undertow.streams import RecordProducer, Topics
 from tests.hostile.helpers import TopicReader, f32, fields_of, fresh_namespace, pack, train_ids, trainer_feed
 from tests.helpers import exp
 

@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from infra.audit import audit
-from schemas import Experience, Task
-from streams import RecordProducer, Topics
+from undertow.infra.audit import audit
+from undertow.schemas import Experience, Task
+from undertow.streams import RecordProducer, Topics
 
 pytestmark = [pytest.mark.broker]
 

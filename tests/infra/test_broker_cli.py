@@ -8,15 +8,15 @@ import sys
 
 import pytest
 
-from infra.broker import free_port_block
-from schemas import Task
-from streams import CATALOG, KafkaSettings, RecordConsumer, RecordProducer, Topics
+from undertow.infra.broker import free_port_block
+from undertow.schemas import Task
+from undertow.streams import CATALOG, KafkaSettings, RecordConsumer, RecordProducer, Topics
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
 
 def undertow(*args: str, env: dict, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "infra.cli", *args], env=env, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "undertow.infra.cli", *args], env=env, capture_output=True, text=True,
                           timeout=240)
     if check:
         assert proc.returncode == 0, proc.stdout + proc.stderr

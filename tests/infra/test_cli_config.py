@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from infra.cli import app
+from undertow.infra.cli import app
 from tests.helpers import write_config
 
 ROOT = Path(__file__).resolve().parents[2]

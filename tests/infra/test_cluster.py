@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from infra.broker import LocalKafka, free_port_block
-from schemas import Task
-from streams import KafkaSettings, RecordConsumer, RecordProducer, Topics, create_topics, describe_topics
+from undertow.infra.broker import LocalKafka, free_port_block
+from undertow.schemas import Task
+from undertow.streams import KafkaSettings, RecordConsumer, RecordProducer, Topics, create_topics, describe_topics
 
 pytestmark = [pytest.mark.broker, pytest.mark.cluster, pytest.mark.slow]
 

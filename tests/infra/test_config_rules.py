@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from infra.cli import app
-from infra.config_rules import RULES
+from undertow.infra.cli import app
+from undertow.infra.config_rules import RULES
 from tests.helpers import write_config
 
 ON_POLICY = {"rollout": {"max_staleness": 0}, "trainer": {"batching": {"max_staleness": 0}}}
@@ -79,9 +79,9 @@ def test_a_component_command_keeps_every_rule_but_the_whole_runs(tmp_path):
     """`undertow train` on a namespace `undertow replay --shape dpo_pairs` filled is how DPO runs: the
     objective rule is about what `undertow run` wires, so a component command is not bound by it;
     the rules about one stage's processes (here the temperatures) bind it like the run."""
-    from infra.config import ConfigError
-    from infra.config_rules import WHOLE_RUN
-    from infra.run_config import load_component_config
+    from undertow.infra.config import ConfigError
+    from undertow.infra.config_rules import WHOLE_RUN
+    from undertow.infra.run_config import load_component_config
 
     assert WHOLE_RUN == {"objective_trains_on_what_the_processors_write"}
     dpo = write_config(tmp_path / "dpo.yaml", "lab", trainer={"algorithm": {"objective": "dpo"}})

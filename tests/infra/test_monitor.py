@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.monitor import MissingExtra, Monitor, MonitorConfig, SinkContext, sinks
-from infra.monitor.sinks import EXTRA
-from infra.run import Run
-from infra.run_config import RunConfig
-from schemas import MetricEvent
-from streams import RunContext, Topics
+from undertow.infra.monitor import MissingExtra, Monitor, MonitorConfig, SinkContext, sinks
+from undertow.infra.monitor.sinks import EXTRA
+from undertow.infra.run import Run
+from undertow.infra.run_config import RunConfig
+from undertow.schemas import MetricEvent
+from undertow.streams import RunContext, Topics
 from tests.helpers import ROOT, cli, produce
 from tests.infra.sink_files import mlflow_points, tensorboard_points, wandb_points
 
@@ -153,7 +153,7 @@ def test_run_starts_a_monitor_only_when_the_section_names_sinks(monkeypatch, kaf
         def stop(self, names=None, **timeouts):
             pass
 
-    monkeypatch.setattr("infra.run.Supervisor", RecordingSupervisor)
+    monkeypatch.setattr("undertow.infra.run.Supervisor", RecordingSupervisor)
     monkeypatch.setattr(Run, "_watch", lambda self, sup, watch, recorder: ("done", ""))
     for sinks_ in ([], ["tensorboard"]):
         started.clear()

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from infra.report import write_report
-from infra.report_series import smooth, smoothing_weight
-from schemas import Experience, Rejected
-from streams.archive_store import ArchivedMessage, ArchiveStore
+from undertow.infra.report import write_report
+from undertow.infra.report_series import smooth, smoothing_weight
+from undertow.schemas import Experience, Rejected
+from undertow.streams.archive_store import ArchivedMessage, ArchiveStore
 
 CHROMIUM = Path("/usr/bin/chromium")  # infra/bootstrap.sh installs it; playwright never downloads one
 T0 = 1_800_000_000.0

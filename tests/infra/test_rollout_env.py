@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
-from infra.rollout_env import VLLM_PYTHON_ENV, eval_command, rollout_command
+from undertow.infra.rollout_env import VLLM_PYTHON_ENV, eval_command, rollout_command
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def config(tmp_path, engine) -> str:
@@ -18,7 +21,7 @@ def config(tmp_path, engine) -> str:
 
 @pytest.mark.parametrize("engine", [None, "transformers", {"name": "transformers", "batch_size": 4}])
 def test_other_engines_run_in_this_interpreter_through_the_whole_cli(tmp_path, engine):
-    assert rollout_command(config(tmp_path, engine)) == [sys.executable, "-m", "infra.cli"]
+    assert rollout_command(config(tmp_path, engine)) == [sys.executable, "-m", "undertow.infra.cli"]
 
 
 def test_vllm_runs_in_the_vllm_environment_through_the_faust_free_entry_point(tmp_path, monkeypatch):
@@ -29,9 +32,9 @@ def test_vllm_runs_in_the_vllm_environment_through_the_faust_free_entry_point(tm
         rollout_command(config(tmp_path, {"name": "vllm", "seed": 1}))
     python.parent.mkdir(parents=True)
     python.touch()
-    assert rollout_command(config(tmp_path, "vllm")) == [str(python), "-m", "infra.cli_rollout"]
-    assert eval_command(config(tmp_path, "vllm")) == [str(python), "-m", "infra.cli"]  # it builds the engine too
-    assert eval_command(config(tmp_path, "transformers")) == [sys.executable, "-m", "infra.cli"]
+    assert rollout_command(config(tmp_path, "vllm")) == [str(python), "-m", "undertow.infra.cli_rollout"]
+    assert eval_command(config(tmp_path, "vllm")) == [str(python), "-m", "undertow.infra.cli"]  # it builds the engine too
+    assert eval_command(config(tmp_path, "transformers")) == [sys.executable, "-m", "undertow.infra.cli"]
     monkeypatch.setenv(VLLM_PYTHON_ENV, "/opt/other/python")
     assert rollout_command(config(tmp_path, "vllm"))[0] == "/opt/other/python"
 
@@ -39,7 +42,11 @@ def test_vllm_runs_in_the_vllm_environment_through_the_faust_free_entry_point(tm
 def test_the_rollout_entry_point_imports_neither_faust_nor_deepspeed():
     import subprocess
 
-    code = ("import sys, infra.cli_rollout, rollout.main, rollout.worker; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('faust', 'deepspeed', 'trainer', 'processors')))")
-    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
-    assert out.strip() == "[]"
+    heavy = "sorted(m for m in sys.modules if m.removeprefix('undertow.').split('.')[0] in {})"
+    code = ("import sys, undertow.infra.cli_rollout, undertow.rollout.main, undertow.rollout.worker; "
+            f"print({heavy.format(('faust', 'deepspeed', 'trainer', 'processors'))}); "
+            # the run file's one model validates every section, theirs too, with their config modules only
+            "from undertow.infra.cli_common import run_config; run_config('examples/smollm2_vllm.yaml'); "
+            f"print({heavy.format(('faust', 'deepspeed', 'aiokafka'))})")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=ROOT).stdout
+    assert out.split() == ["[]", "[]"], out

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from infra.metrics_log import MetricsRecorder, RunEvents, read_metrics
-from infra.run import Run, StageWatch
-from infra.run_config import RunConfig
-from infra.supervisor import Supervisor
+from undertow.infra.metrics_log import MetricsRecorder, RunEvents, read_metrics
+from undertow.infra.run import Run, StageWatch
+from undertow.infra.run_config import RunConfig
+from undertow.infra.supervisor import Supervisor
 
 pytestmark = [pytest.mark.broker]
 

@@ -10,10 +10,10 @@ import sys
 import pytest
 import yaml
 
-from infra.run_status import find_running_run, run_status
-from schemas import Rejected
-from streams import BOOTSTRAP_ENV, Topics, create_topics
-from streams.archive import ArchiveConfig, Archiver
+from undertow.infra.run_status import find_running_run, run_status
+from undertow.schemas import Rejected
+from undertow.streams import BOOTSTRAP_ENV, Topics, create_topics
+from undertow.streams.archive import ArchiveConfig, Archiver
 from tests.helpers import ROOT, env, exp, produce
 
 pytestmark = [pytest.mark.broker]
@@ -74,7 +74,7 @@ def test_a_live_run_shows_every_stage_namespace_and_is_found_without_an_argument
     assert st.bootstrap == kafka.bootstrap_servers and [s.status for s in st.stages] == ["done", "running"]
     assert st.live[f"{namespace}-rl"].records[Topics(f"{namespace}-rl").ready] == 3
     assert st.live[f"{namespace}-warmup"].records[Topics(f"{namespace}-warmup").ready] == 0
-    done = subprocess.run([sys.executable, "-m", "infra.cli", "status"], cwd=tmp_path, capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "undertow.infra.cli", "status"], cwd=tmp_path, capture_output=True, text=True,
                           env=env(PYTHONPATH=str(ROOT), COLUMNS="200"), timeout=120)
     assert done.returncode == 0, done.stderr
     assert "run demo-running: running" in done.stdout

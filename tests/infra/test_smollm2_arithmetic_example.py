@@ -4,16 +4,16 @@ LoRA; the held-out set is >= 200 different problems none of which training can d
 
 from pathlib import Path
 
-from infra.run_config import load_component_config, load_run_config, stage_mapping
-from kernel.models.sources import model_sources
-from processors.config import ProcessorsConfig
-from processors.pipeline import Pipeline
-from rollout.engines.base import engines
-from rollout.evaluation import load_heldout
-from rollout.feeder import load_items
-from rollout.rewards import build_reward, total
-from schemas import Task
-from trainer.engine import deepspeed_config
+from undertow.infra.run_config import load_component_config, load_run_config, stage_mapping
+from undertow.kernel.models.sources import model_sources
+from undertow.processors.config import ProcessorsConfig
+from undertow.processors.pipeline import Pipeline
+from undertow.rollout.engines.base import engines
+from undertow.rollout.evaluation import load_heldout
+from undertow.rollout.feeder import load_items
+from undertow.rollout.rewards import build_reward, total
+from undertow.schemas import Task
+from undertow.trainer.engine import deepspeed_config
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "smollm2_arithmetic.yaml"
 

@@ -7,10 +7,10 @@ import json
 import pytest
 from kafka import TopicPartition
 
-from infra.report import collect, write_report
-from infra.status import namespace_status
-from schemas import Task, chunk_weights
-from streams import RecordConsumer, RecordProducer, Topics
+from undertow.infra.report import collect, write_report
+from undertow.infra.status import namespace_status
+from undertow.schemas import Task, chunk_weights
+from undertow.streams import RecordConsumer, RecordProducer, Topics
 
 
 @pytest.mark.broker

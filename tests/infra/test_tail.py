@@ -10,9 +10,9 @@ import threading
 
 import pytest
 
-from infra.tail import Condition, tail
-from schemas import MetricEvent, Rejected, encode
-from streams import RecordProducer, Topics
+from undertow.infra.tail import Condition, tail
+from undertow.schemas import MetricEvent, Rejected, encode
+from undertow.streams import RecordProducer, Topics
 from tests.helpers import cli, exp, produce, start_cli, wait_for
 
 pytestmark = [pytest.mark.broker]

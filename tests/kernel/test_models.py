@@ -6,8 +6,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from kernel.models import CHARSET, ModelSpec, build_model, build_tokenizer, local_dir
-from schemas.logprobs import sequence_logprobs, token_logprobs
+from undertow.kernel.models import CHARSET, ModelSpec, build_model, build_tokenizer, local_dir
+from undertow.schemas.logprobs import sequence_logprobs, token_logprobs
 
 
 def test_same_spec_same_initial_weights_other_seed_other_weights():
@@ -65,7 +65,7 @@ def test_model_sources_are_a_registry_checked_at_load(tmp_path):
 
 
 def test_weights_bytes_round_trip_into_another_model():
-    from kernel.models import load_weights, weights_to_bytes
+    from undertow.kernel.models import load_weights, weights_to_bytes
 
     trained, fresh = build_model(ModelSpec(seed=3)), build_model(ModelSpec())
     load_weights(fresh, weights_to_bytes(trained))
@@ -74,8 +74,8 @@ def test_weights_bytes_round_trip_into_another_model():
 
 
 def test_weights_of_another_architecture_are_refused():
-    from kernel.models import TinyModel
-    from kernel.models import load_weights, weights_to_bytes
+    from undertow.kernel.models import TinyModel
+    from undertow.kernel.models import load_weights, weights_to_bytes
 
     big = build_model(ModelSpec(tiny=TinyModel(n_embd=32)))
     with pytest.raises(ValueError, match="shape"):

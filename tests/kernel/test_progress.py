@@ -10,17 +10,17 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from kernel.models import gguf
-from kernel.progress import progress
-from infra.run_config import RunConfig
-from rollout.engines import build_engine
-from rollout.evaluation import Evaluator
-from schemas import MetricEvent
-from streams import RecordProducer, Topics
-from streams.archive import ArchiveConfig, Archiver
-from streams.archive_store import ArchivedMessage, ArchiveStore
-from streams.history import History
-from streams.replay import Selection, replay
+from undertow.kernel.models import gguf
+from undertow.kernel.progress import progress
+from undertow.infra.run_config import RunConfig
+from undertow.rollout.engines import build_engine
+from undertow.rollout.evaluation import Evaluator
+from undertow.schemas import MetricEvent
+from undertow.streams import RecordProducer, Topics
+from undertow.streams.archive import ArchiveConfig, Archiver
+from undertow.streams.archive_store import ArchivedMessage, ArchiveStore
+from undertow.streams.history import History
+from undertow.streams.replay import Selection, replay
 
 from tests.history.helpers import recorded_run
 

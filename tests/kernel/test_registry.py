@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernel.registry import Registry, RegistryError, checked_entry
+from undertow.kernel.registry import Registry, RegistryError, checked_entry
 
 
 def shout(text: str, *, times: int = 1) -> str:

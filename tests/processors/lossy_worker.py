@@ -15,10 +15,10 @@ from typing import Any
 
 from faust.transport.drivers.aiokafka import Consumer
 
-import processors.runner
-import streams.faust.books
-import streams.faust.worker
-from infra.cli_common import component
+import undertow.processors.runner as runner
+import undertow.streams.faust.books as faust_books
+import undertow.streams.faust.worker as faust_worker
+from undertow.infra.cli_common import component
 
 
 def losing(base: type[Consumer], partition: int) -> type[Consumer]:
@@ -46,14 +46,14 @@ def losing(base: type[Consumer], partition: int) -> type[Consumer]:
 
 def main(config: str, mode: str, partition: int) -> None:
     if mode == "unfetched":  # below the booked consumer: it never sees the records
-        streams.faust.books.Consumer = losing(Consumer, partition)
+        faust_books.Consumer = losing(Consumer, partition)
     elif mode == "dropped":  # above it: offered, then gone
-        booked = streams.faust.worker.booked_consumer
-        streams.faust.worker.booked_consumer = lambda *args: losing(booked(*args), partition)
+        booked = faust_worker.booked_consumer
+        faust_worker.booked_consumer = lambda *args: losing(booked(*args), partition)
     else:
         raise SystemExit(f"unknown mode {mode}")
     cfg, context = component(Path(config))
-    processors.runner.run_worker(cfg.processors, context)
+    runner.run_worker(cfg.processors, context)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from processors import Reject, processor
-from schemas import Experience
+from undertow.processors import Reject, processor
+from undertow.schemas import Experience
 
 
 @processor("test_shout")

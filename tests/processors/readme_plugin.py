@@ -1,6 +1,6 @@
 # my_lab/filters.py — config: processors: {pipeline: [clean, {name: my_lab.filters.drop_truncated, max_tokens: 2048}, reshape]}
-from processors import Reject, processor
-from schemas import Experience
+from undertow.processors import Reject, processor
+from undertow.schemas import Experience
 
 
 @processor("drop_truncated")

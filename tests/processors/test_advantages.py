@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from processors.advantages import ADVANTAGES, ReinforceBaseline, dr_grpo, grpo, rloo
-from processors.shaping import clip, length_penalty, overlong, scale
+from undertow.processors.advantages import ADVANTAGES, ReinforceBaseline, dr_grpo, grpo, rloo
+from undertow.processors.shaping import clip, length_penalty, overlong, scale
 
 R = np.array([1.0, 0.0, 0.0, 0.0])
 

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from kafka import KafkaConsumer, TopicPartition
 
-from schemas import Experience, Rejected
-from streams import RecordProducer, Topics, connect
+from undertow.schemas import Experience, Rejected
+from undertow.streams import RecordProducer, Topics, connect
 from tests.helpers import exp, read_all
 from tests.processors.test_broker import read, stop
 
@@ -57,7 +57,7 @@ def test_one_worker_drains_a_backlog_of_100k_records_evenly_and_without_a_resync
     path = config(tmp_path, namespace, resync_after_s=3, idle_exit_s=10)
     log = tmp_path / "worker.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "infra.cli", "process", str(path)], cwd=ROOT, stdout=out,
+        proc = subprocess.Popen([sys.executable, "-m", "undertow.infra.cli", "process", str(path)], cwd=ROOT, stdout=out,
                                 stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     halfway = None
     try:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from schemas import Experience, MetricEvent, Rejected, TaskStat
-from streams import RecordConsumer, RecordProducer, Topics
+from undertow.schemas import Experience, MetricEvent, Rejected, TaskStat
+from undertow.streams import RecordConsumer, RecordProducer, Topics
 from tests.helpers import exp
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -31,7 +31,7 @@ def start(tmp_path: Path, namespace: str, workers: int = 1, **section) -> subpro
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({"namespace": namespace, "processors": section}))
     log = open(tmp_path / f"process-{workers}.log", "w")
-    return subprocess.Popen([sys.executable, "-m", "infra.cli", "process", str(config), "--workers", str(workers)],
+    return subprocess.Popen([sys.executable, "-m", "undertow.infra.cli", "process", str(config), "--workers", str(workers)],
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 

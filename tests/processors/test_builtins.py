@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from processors import Harness
-from processors.pipeline import Pipeline
+from undertow.processors import Harness
+from undertow.processors.pipeline import Pipeline
 from tests.helpers import exp, group
 
 P = "tests.processors.plugins"
@@ -82,6 +82,6 @@ def test_a_user_formula_by_dotted_path():
 
 
 def test_default_pipeline_builds():
-    from processors.config import ProcessorsConfig
+    from undertow.processors.config import ProcessorsConfig
 
     assert [s.name for s in Pipeline.from_config(ProcessorsConfig().pipeline).stages] == ["clean", "reshape", "prioritize"]

@@ -5,8 +5,8 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from infra.cli import app
-from infra.run_config import load_component_config
+from undertow.infra.cli import app
+from undertow.infra.run_config import load_component_config
 
 ROOT = Path(__file__).resolve().parents[2]
 

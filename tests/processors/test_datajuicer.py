@@ -3,7 +3,7 @@
 import data_juicer.ops  # noqa: F401  CI installs it (infra/requirements-nodeps.txt): missing fails, not skips
 import pytest
 
-from processors import Harness
+from undertow.processors import Harness
 from tests.helpers import exp
 
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from processors import Harness
-from kernel.registry import RegistryError
+from undertow.processors import Harness
+from undertow.kernel.registry import RegistryError
 from tests.helpers import exp, group
 
 P = "tests.processors.plugins"

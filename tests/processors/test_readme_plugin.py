@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from processors import Harness
+from undertow.processors import Harness
 from tests.helpers import exp, group
 
 

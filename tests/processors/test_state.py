@@ -1,8 +1,8 @@
 """State writes per batch: each put/delete on a changelogged store costs a Kafka record."""
 
-from processors import Harness
-from processors.groups import Arrival, GroupBuffer
-from processors.state import DedupeWindow, MemoryStore, StageContext, content_hash
+from undertow.processors import Harness
+from undertow.processors.groups import Arrival, GroupBuffer
+from undertow.processors.state import DedupeWindow, MemoryStore, StageContext, content_hash
 from tests.helpers import exp, group
 
 
@@ -83,7 +83,7 @@ def test_a_batch_of_distinct_samples_costs_one_dedupe_write():
 
 
 def test_all_finite_tells_overflow_from_infinity():
-    from processors.clean import all_finite
+    from undertow.processors.clean import all_finite
 
     assert all_finite([]) and all_finite([-0.5, 2.0])
     assert all_finite([1e308, 1e308])  # the sum overflows to inf, the values are finite

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from schemas import Task
+from undertow.schemas import Task
 
-from rollout.workflows import StepResult, Trajectory, WorkflowContext
+from undertow.rollout.workflows import StepResult, Trajectory, WorkflowContext
 
 
 def length_bonus(response: str, task: Task, *, per_char: float = 1.0) -> dict[str, float]:

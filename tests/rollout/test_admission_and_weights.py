@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from schemas import WeightIntegrityError, chunk_weights
-from rollout.admission import Admission
-from rollout.weights import WeightAssembler
+from undertow.schemas import WeightIntegrityError, chunk_weights
+from undertow.rollout.admission import Admission
+from undertow.rollout.weights import WeightAssembler
 
 
 def test_admission_waits_when_weights_are_too_old():

@@ -2,8 +2,8 @@
 
 import pytest
 
-from rollout.feeder import load_items
-from rollout.feeder.procedural import is_heldout
+from undertow.rollout.feeder import load_items
+from undertow.rollout.feeder.procedural import is_heldout
 
 
 def _facts(items):

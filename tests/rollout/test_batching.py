@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from kernel.models.tiny import char_tokenizer
-from schemas import Task
-from rollout.admission import Admission
-from rollout.config import RolloutConfig
-from rollout.engines import SamplingParams
-from rollout.engines.base import Sample
-from rollout.workflows import WorkflowContext, build_batch_workflow
+from undertow.kernel.models.tiny import char_tokenizer
+from undertow.schemas import Task
+from undertow.rollout.admission import Admission
+from undertow.rollout.config import RolloutConfig
+from undertow.rollout.engines import SamplingParams
+from undertow.rollout.engines.base import Sample
+from undertow.rollout.workflows import WorkflowContext, build_batch_workflow
 
 
 class EchoEngine:

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from schemas import Experience, Task
-from streams import Topics
-from infra.run_config import load_component_config
-from rollout.feed_runner import build_sampler
+from undertow.schemas import Experience, Task
+from undertow.streams import Topics
+from undertow.infra.run_config import load_component_config
+from undertow.rollout.feed_runner import build_sampler
 from tests.helpers import env, read_all
 
 ROOT = Path(__file__).resolve().parents[2]
-UNDERTOW = [sys.executable, "-m", "infra.cli"]
+UNDERTOW = [sys.executable, "-m", "undertow.infra.cli"]
 
 
 def test_every_shipped_rollout_example_loads_and_builds_its_tasksets(monkeypatch):

@@ -9,14 +9,14 @@ import time
 import pytest
 import torch
 
-from kernel.models import ModelSpec, build_model, weights_to_bytes
-from infra.run_config import RunConfig
-from rollout.engines import build_engine
-from rollout.eval_runner import follow
-from rollout.evaluation import Evaluator, pass_at_k
-from schemas import EvalResult, MetricEvent, chunk_weights
-from streams import RecordProducer, RunContext, Topics
-from trainer.publish import publish_weights
+from undertow.kernel.models import ModelSpec, build_model, weights_to_bytes
+from undertow.infra.run_config import RunConfig
+from undertow.rollout.engines import build_engine
+from undertow.rollout.eval_runner import follow
+from undertow.rollout.evaluation import Evaluator, pass_at_k
+from undertow.schemas import EvalResult, MetricEvent, chunk_weights
+from undertow.streams import RecordProducer, RunContext, Topics
+from undertow.trainer.publish import publish_weights
 
 from tests.helpers import read_all
 
@@ -41,7 +41,7 @@ def test_pass_at_k_by_hand():
 def seven_model() -> torch.nn.Module:
     """The tiny model made to say 7: the last layer norm outputs c · e₇ everywhere (weight 0, bias c · e₇),
     so the tied head scores token t as c · e_t · e₇, largest for 7 once e₇ is the longest embedding."""
-    from kernel.models import build_tokenizer
+    from undertow.kernel.models import build_tokenizer
 
     model = build_model(ModelSpec())
     seven = build_tokenizer(ModelSpec())("7")["input_ids"][0]

@@ -9,11 +9,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from schemas import Task, TaskStat
-from rollout.feeder import TaskItem, TaskSampler, difficulty_weight, item_key, load_items
-from rollout.feeder.sampler import Difficulty, Taskset, draw_index
-from rollout.rewards import build_reward
-from rollout.rewards.countdown import evaluate
+from undertow.schemas import Task, TaskStat
+from undertow.rollout.feeder import TaskItem, TaskSampler, difficulty_weight, item_key, load_items
+from undertow.rollout.feeder.sampler import Difficulty, Taskset, draw_index
+from undertow.rollout.rewards import build_reward
+from undertow.rollout.rewards.countdown import evaluate
 
 ROWS = [{"question": "1+1?", "solution": "so #### 2", "uid": "a", "level": 1},
         {"question": "2+2?", "solution": "so #### 4", "uid": "b", "level": 2}]

@@ -9,12 +9,12 @@ import time
 import pytest
 from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 
-from schemas import DecodeError, Task, TaskStat, decode, encode
-from streams import RecordProducer, Topics
-from streams.consumer import read_to_end
-from rollout.config import rollout_group
-from rollout.feed_runner import Feeder
-from rollout.feeder.sampler import draw_index
+from undertow.schemas import DecodeError, Task, TaskStat, decode, encode
+from undertow.streams import RecordProducer, Topics
+from undertow.streams.consumer import read_to_end
+from undertow.rollout.config import rollout_group
+from undertow.rollout.feed_runner import Feeder
+from undertow.rollout.feeder.sampler import draw_index
 from tests.helpers import load_run, read_all, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]

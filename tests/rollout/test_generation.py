@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernel.models import ModelSpec, build_model, weights_to_bytes
-from schemas import Experience, Task, encode, decode
-from schemas.logprobs import sequence_logprobs
-from rollout.engines import SamplingParams, build_engine
-from rollout.experiences import to_experiences
-from rollout.rewards import build_reward
-from rollout.workflows import WorkflowContext, build_workflow
-from rollout.workflows.number_guess import NumberGuess
+from undertow.kernel.models import ModelSpec, build_model, weights_to_bytes
+from undertow.schemas import Experience, Task, encode, decode
+from undertow.schemas.logprobs import sequence_logprobs
+from undertow.rollout.engines import SamplingParams, build_engine
+from undertow.rollout.experiences import to_experiences
+from undertow.rollout.rewards import build_reward
+from undertow.rollout.workflows import WorkflowContext, build_workflow
+from undertow.rollout.workflows.number_guess import NumberGuess
 
 
 @pytest.fixture(scope="module")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from kernel.registry import RegistryError
-from schemas import Task
-from rollout.rewards import build_reward, total
-from rollout.rewards.countdown import EquationError, evaluate
+from undertow.kernel.registry import RegistryError
+from undertow.schemas import Task
+from undertow.rollout.rewards import build_reward, total
+from undertow.rollout.rewards.countdown import EquationError, evaluate
 
 
 def task(answer: str | None = None, **metadata) -> Task:

@@ -9,14 +9,14 @@ import time
 import pytest
 import torch
 
-from kernel import broadcast
-from kernel.models import ModelSpec, build_model, weights_to_bytes
-from kernel.models.weights import load_weight_files, state_tensors, to_buckets
-from rollout.engines import build_engine
-from rollout.weight_fetch import fetch_files, receive_broadcast
-from schemas import WeightIntegrityError, announce_buckets
-from trainer.config import WeightsConfig
-from trainer.publish import FilesPublisher, manifest_of
+from undertow.kernel import broadcast
+from undertow.kernel.models import ModelSpec, build_model, weights_to_bytes
+from undertow.kernel.models.weights import load_weight_files, state_tensors, to_buckets
+from undertow.rollout.engines import build_engine
+from undertow.rollout.weight_fetch import fetch_files, receive_broadcast
+from undertow.schemas import WeightIntegrityError, announce_buckets
+from undertow.trainer.config import WeightsConfig
+from undertow.trainer.publish import FilesPublisher, manifest_of
 
 
 def files_publisher(tmp_path, **cfg) -> FilesPublisher:
@@ -217,8 +217,8 @@ def test_a_vanished_trainer_is_a_broadcast_refusal(tmp_path):
 
 
 def test_a_later_announcement_supersedes_earlier_ones_but_chunks_all_stay():
-    from rollout.weight_subscriber import newest_announcements
-    from schemas import chunk_weights
+    from undertow.rollout.weight_subscriber import newest_announcements
+    from undertow.schemas import chunk_weights
 
     def files(version: int, model: str = "policy"):
         return announce_buckets(model, version, manifest_of(to_buckets({"w": torch.zeros(2)}, 64)),
@@ -231,7 +231,7 @@ def test_a_later_announcement_supersedes_earlier_ones_but_chunks_all_stay():
 
 
 def test_an_adapter_travels_as_one_bucket_and_is_applied_over_the_base(tmp_path):
-    from kernel.models.adapters import LoraShape, adapter_tensors, wrap_lora
+    from undertow.kernel.models.adapters import LoraShape, adapter_tensors, wrap_lora
 
     policy = wrap_lora(build_model(ModelSpec()), LoraShape(rank=2, alpha=4.0))
     with torch.no_grad():

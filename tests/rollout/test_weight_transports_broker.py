@@ -8,16 +8,16 @@ import time
 
 import pytest
 
-from kernel import broadcast
-from kernel.models import ModelSpec, build_model, weights_to_bytes
-from kernel.models.weights import state_tensors
-from rollout.engines import build_engine
-from rollout.weight_subscriber import WeightSubscriber
-from rollout.worker import RolloutWorker
-from schemas import Experience, MetricEvent, Rejected, Task, WeightUpdate, announce_buckets
-from streams import RecordProducer, Topics
-from trainer.config import WeightsConfig
-from trainer.publish import BroadcastPublisher, FilesPublisher, publish_weights
+from undertow.kernel import broadcast
+from undertow.kernel.models import ModelSpec, build_model, weights_to_bytes
+from undertow.kernel.models.weights import state_tensors
+from undertow.rollout.engines import build_engine
+from undertow.rollout.weight_subscriber import WeightSubscriber
+from undertow.rollout.worker import RolloutWorker
+from undertow.schemas import Experience, MetricEvent, Rejected, Task, WeightUpdate, announce_buckets
+from undertow.streams import RecordProducer, Topics
+from undertow.trainer.config import WeightsConfig
+from undertow.trainer.publish import BroadcastPublisher, FilesPublisher, publish_weights
 from tests.helpers import load_run, read_all, wait_for
 from tests.rollout.test_generation import trainer_logprobs
 

@@ -7,11 +7,11 @@ import threading
 import pytest
 from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 
-from kernel.models import ModelSpec, build_model, weights_to_bytes
-from schemas import Experience, Rejected, Task, chunk_weights
-from streams import RecordProducer, Topics
-from rollout.config import rollout_group
-from rollout.worker import RolloutWorker
+from undertow.kernel.models import ModelSpec, build_model, weights_to_bytes
+from undertow.schemas import Experience, Rejected, Task, chunk_weights
+from undertow.streams import RecordProducer, Topics
+from undertow.rollout.config import rollout_group
+from undertow.rollout.worker import RolloutWorker
 from tests.helpers import load_run, read_all, wait_for
 from tests.rollout.test_generation import trainer_logprobs
 

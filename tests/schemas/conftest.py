@@ -1,6 +1,6 @@
 import pytest
 
-from schemas import Record
+from undertow.schemas import Record
 from tests.record_examples import make_examples
 
 

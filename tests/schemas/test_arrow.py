@@ -4,7 +4,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from schemas import (
+from undertow.schemas import (
     Experience,
     MetricEvent,
     Record,

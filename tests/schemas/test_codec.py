@@ -7,7 +7,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from schemas import (
+from undertow.schemas import (
     MAX_TOKENS,
     SCHEMA_VERSION,
     DecodeError,
@@ -262,7 +262,7 @@ def test_a_kind_cannot_be_registered_twice():
 def test_no_pickle_in_schemas():
     import pathlib
 
-    import schemas
+    import undertow.schemas as schemas
 
     for path in pathlib.Path(schemas.__file__).parent.glob("*.py"):
         assert "pickle" not in path.read_text(), path

@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from schemas import MAX_ORIGINAL_BYTES, Rejected, TaskStat
+from undertow.schemas import MAX_ORIGINAL_BYTES, Rejected, TaskStat
 
 
 def test_mask_is_ones_when_empty(examples):

@@ -6,7 +6,7 @@ import random
 import pytest
 from pydantic import ValidationError
 
-from schemas import (
+from undertow.schemas import (
     WeightIntegrityError,
     WeightUpdate,
     assemble_weights,
@@ -19,7 +19,7 @@ from schemas import (
     verify_manifest,
     verify_weights,
 )
-from schemas.weights import Bucket, TensorMeta, manifest_digest
+from undertow.schemas.weights import Bucket, TensorMeta, manifest_digest
 
 BLOB = bytes(range(256)) * 4 + b"tail"  # 1028 bytes
 SHA = hashlib.sha256(BLOB).hexdigest()

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import yaml
 
-from infra.broker import LocalKafka
-from schemas import Experience
-from streams import KafkaSettings, RecordProducer, Topics
+from undertow.infra.broker import LocalKafka
+from undertow.schemas import Experience
+from undertow.streams import KafkaSettings, RecordProducer, Topics
 from tests.helpers import group
-from trainer.config import BatchingConfig
-from trainer.feed import Feed
+from undertow.trainer.config import BatchingConfig
+from undertow.trainer.feed import Feed
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,7 @@ def undertow(*args: str, config: Path, tmp_path: Path, **popen) -> dict:
     """Popen/run arguments for `undertow ARGS CONFIG` in tmp_path (Faust writes its data dir there)."""
     env = {k: v for k, v in os.environ.items() if k != "UNDERTOW_BOOTSTRAP"}  # it would override the config's
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    return dict(args=[sys.executable, "-m", "infra.cli", *args, str(config)], cwd=tmp_path, env=env, **popen)
+    return dict(args=[sys.executable, "-m", "undertow.infra.cli", *args, str(config)], cwd=tmp_path, env=env, **popen)
 
 
 def run_config(tmp_path: Path, ns: str, kafka: KafkaSettings, **sections) -> Path:

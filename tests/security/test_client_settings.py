@@ -9,7 +9,7 @@ from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 from kafka import KafkaConsumer
 from pydantic import ValidationError
 
-from streams import KafkaSettings, connect
+from undertow.streams import KafkaSettings, connect
 from tests.security.helpers import client_certificate
 
 

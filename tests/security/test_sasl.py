@@ -12,9 +12,9 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
-from infra.broker import LocalKafka, free_port_block
-from schemas import Task
-from streams import (CATALOG, KafkaSettings, KafkaUnreachable, RecordConsumer, RecordProducer, Topics,
+from undertow.infra.broker import LocalKafka, free_port_block
+from undertow.schemas import Task
+from undertow.streams import (CATALOG, KafkaSettings, KafkaUnreachable, RecordConsumer, RecordProducer, Topics,
                      create_topics, list_topics, record_counts)
 from tests.security.helpers import run_config, through_worker_to_feed, undertow
 

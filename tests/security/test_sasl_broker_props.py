@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from infra.broker import LocalKafka
-from infra.cli import app
+from undertow.infra.broker import LocalKafka
+from undertow.infra.cli import app
 from tests.security.helpers import props
 
 

@@ -16,11 +16,11 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
-from infra.broker import LocalKafka, free_port_block
-from infra.certificates import make_certificates
-from infra.config import resolve_kafka
-from schemas import Task, encode
-from streams import (CATALOG, KafkaSettings, KafkaUnreachable, RecordConsumer, RecordProducer, Topics,
+from undertow.infra.broker import LocalKafka, free_port_block
+from undertow.infra.certificates import make_certificates
+from undertow.infra.config import resolve_kafka
+from undertow.schemas import Task, encode
+from undertow.streams import (CATALOG, KafkaSettings, KafkaUnreachable, RecordConsumer, RecordProducer, Topics,
                      create_topics, list_topics, record_counts)
 from tests.security.helpers import client_certificate, through_worker_to_feed
 
@@ -195,14 +195,14 @@ def test_component_commands_with_no_kafka_section_reach_the_local_tls_broker(bro
     env.pop("UNDERTOW_BOOTSTRAP", None)
     for command in (["feed", str(config)], ["rollout", str(config), "--max-tasks", "2"], ["process", str(config)],
                     ["train", str(config), "--max-steps", "1"], ["archive", str(config), "--idle-timeout", "3"]):
-        out = subprocess.run([sys.executable, "-m", "infra.cli", *command], cwd=ROOT, env=env, capture_output=True,
+        out = subprocess.run([sys.executable, "-m", "undertow.infra.cli", *command], cwd=ROOT, env=env, capture_output=True,
                              text=True, timeout=300)
         assert out.returncode == 0, (command, out.stdout[-2000:], out.stderr[-2000:])
     counts = record_counts(tls(broker), [topics.tasks, topics.raw, topics.ready])
     assert counts == {topics.tasks: 2, topics.raw: 4, topics.ready: 4}, counts
     assert "archived 4 rows" in out.stdout, out.stdout
 
-    side = {name: subprocess.Popen([sys.executable, "-m", "infra.cli", name, str(config)], cwd=ROOT, env=env,
+    side = {name: subprocess.Popen([sys.executable, "-m", "undertow.infra.cli", name, str(config)], cwd=ROOT, env=env,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for name in ("eval", "watch")}
     deadline = time.monotonic() + 240
@@ -214,6 +214,6 @@ def test_component_commands_with_no_kafka_section_reach_the_local_tls_broker(bro
     results = {name: proc.communicate(timeout=120) + (proc.returncode,) for name, proc in side.items()}
     assert results["eval"][2] == 0 and "evaluated" in results["eval"][0], results["eval"]
     assert results["watch"][2] == 0 and "watcher response_length: 4 records" in results["watch"][0], results["watch"]
-    out = subprocess.run([sys.executable, "-m", "infra.cli", "monitor", str(config), "--idle-timeout", "5"], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-m", "undertow.infra.cli", "monitor", str(config), "--idle-timeout", "5"], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and " 0 metric events" not in out.stdout and "metric events" in out.stdout, out

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from infra.broker import LocalKafka
-from infra.cli import app
+from undertow.infra.broker import LocalKafka
+from undertow.infra.cli import app
 from tests.security.helpers import props
 
 

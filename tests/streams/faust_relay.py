@@ -10,9 +10,9 @@ import sys
 import faust
 from faust.worker import Worker
 
-from schemas import record_types
-from streams import KafkaSettings, Topics
-from streams.faust import RecordIO, create_app
+from undertow.schemas import record_types
+from undertow.streams import KafkaSettings, Topics
+from undertow.streams.faust import RecordIO, create_app
 
 
 def build(app_id: str, namespace: str) -> faust.App:

@@ -8,7 +8,7 @@ import pytest
 from kafka import KafkaAdminClient
 from kafka.errors import UnknownBrokerIdError
 
-from streams import CATALOG, create_topics, list_topics
+from undertow.streams import CATALOG, create_topics, list_topics
 
 pytestmark = pytest.mark.broker
 

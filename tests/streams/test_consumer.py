@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from schemas import DecodeError, MetricEvent
-from streams import GroupLag, KafkaSettings, RecordConsumer, RecordProducer, TopicNotFound, Topics
-from streams.consumer import read_messages
+from undertow.schemas import DecodeError, MetricEvent
+from undertow.streams import GroupLag, KafkaSettings, RecordConsumer, RecordProducer, TopicNotFound, Topics
+from undertow.streams.consumer import read_messages
 
 pytestmark = pytest.mark.broker
 

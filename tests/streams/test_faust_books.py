@@ -9,7 +9,7 @@ import asyncio
 from faust.transport.drivers.aiokafka import Consumer
 from faust.types import TP
 
-from streams.faust import DeliveryWatch, InOrder, Verdict, booked_consumer
+from undertow.streams.faust import DeliveryWatch, InOrder, Verdict, booked_consumer
 
 
 def test_records_are_taken_in_order_from_the_committed_offset():

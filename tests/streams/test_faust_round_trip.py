@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from schemas import Rejected, record_types
-from streams import RecordConsumer, RecordProducer, Topics
+from undertow.schemas import Rejected, record_types
+from undertow.streams import RecordConsumer, RecordProducer, Topics
 from tests.record_examples import make_examples
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]

@@ -8,14 +8,14 @@ import time
 
 import pytest
 
-from streams.faust.watchdog import STALLED
-from streams import RecordProducer, Topics
+from undertow.streams.faust.watchdog import STALLED
+from undertow.streams import RecordProducer, Topics
 from tests.helpers import exp
 from tests.processors.test_broker import ROOT, start, stop
 
 WEDGE = """
 import asyncio, time
-from streams.faust.watchdog import Watchdog
+from undertow.streams.faust.watchdog import Watchdog
 
 async def main():
     dog = Watchdog({stall})
@@ -44,7 +44,7 @@ def test_a_stalled_batch_exits_with_stalled_and_a_report():
 
 
 def test_start_up_that_never_finishes_is_a_stall():
-    code = "from streams.faust.watchdog import Watchdog; import time; Watchdog(0.5).start(); time.sleep(30)"
+    code = "from undertow.streams.faust.watchdog import Watchdog; import time; Watchdog(0.5).start(); time.sleep(30)"
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == STALLED
     assert "stalled: start-up unfinished" in proc.stderr

@@ -8,8 +8,8 @@ import uuid
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from streams import KafkaSettings, Topics, create_topics
-from streams.faust import track_topics
+from undertow.streams import KafkaSettings, Topics, create_topics
+from undertow.streams.faust import track_topics
 
 pytestmark = pytest.mark.broker
 

@@ -6,8 +6,8 @@ import msgpack
 import pytest
 from kafka import TopicPartition
 
-from schemas import Experience, Record, Rejected, decode, encode, record_types
-from streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
+from undertow.schemas import Experience, Record, Rejected, decode, encode, record_types
+from undertow.streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
 from tests.record_examples import make_examples
 
 pytestmark = pytest.mark.broker
@@ -112,7 +112,7 @@ def test_flush_raises_when_the_broker_refused_a_record(kafka, namespace):
     """A refused send must stop the caller before it commits the offsets the record covered."""
     from kafka.admin import KafkaAdminClient, NewTopic
 
-    from streams import DeliveryError, connect
+    from undertow.streams import DeliveryError, connect
 
     topic = f"{namespace}.tiny-messages"
     admin = connect(KafkaAdminClient, kafka)

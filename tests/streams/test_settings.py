@@ -5,7 +5,7 @@ import ssl
 import pytest
 from pydantic import ValidationError
 
-from streams import KafkaSettings
+from undertow.streams import KafkaSettings
 
 
 def test_env_fills_missing_bootstrap(monkeypatch):

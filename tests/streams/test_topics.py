@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from streams import CATALOG, Topics
-from streams.topics import FOREVER
+from undertow.streams import CATALOG, Topics
+from undertow.streams.topics import FOREVER
 
 
 def test_catalog_has_every_topic_of_the_design():

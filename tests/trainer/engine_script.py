@@ -14,11 +14,11 @@ from pathlib import Path
 
 from safetensors.torch import save
 
-from kernel.models import weights_to_bytes
-from trainer.config import AlgorithmConfig, EngineConfig
-from trainer.engine import build_engine, gathered_weights, setup_process
-from trainer.objectives import objectives
-from trainer.step import StepShape, train_step
+from undertow.kernel.models import weights_to_bytes
+from undertow.trainer.config import AlgorithmConfig, EngineConfig
+from undertow.trainer.engine import build_engine, gathered_weights, setup_process
+from undertow.trainer.objectives import objectives
+from undertow.trainer.step import StepShape, train_step
 
 from tests.trainer.helpers import SPEC, make_group
 

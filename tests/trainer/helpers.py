@@ -9,9 +9,9 @@ from pathlib import Path
 
 import torch
 
-from kernel.models import ModelSpec, build_model, build_tokenizer
-from schemas import Experience
-from schemas.logprobs import sequence_logprobs
+from undertow.kernel.models import ModelSpec, build_model, build_tokenizer
+from undertow.schemas import Experience
+from undertow.schemas.logprobs import sequence_logprobs
 from tests.helpers import env, produce, read_all, write_config as write_run_config  # noqa: F401 — produce, read_all: the trainer tests import them from here
 
 SPEC = ModelSpec()
@@ -67,6 +67,6 @@ def finish(proc: subprocess.Popen, timeout: float) -> str:
 
 
 def start_trainer(config: Path, *args: str, port: int = 29520) -> subprocess.Popen:
-    return subprocess.Popen([PYTHON, "-m", "infra.cli", "train", str(config), *args], env=trainer_env(port),
+    return subprocess.Popen([PYTHON, "-m", "undertow.infra.cli", "train", str(config), *args], env=trainer_env(port),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             cwd=Path(__file__).resolve().parents[2])

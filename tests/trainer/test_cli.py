@@ -6,7 +6,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from infra.cli import app
+from undertow.infra.cli import app
 
 
 def test_bad_trainer_config_names_the_field(tmp_path: Path):

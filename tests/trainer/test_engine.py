@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernel.models import build_model, load_weights
+from undertow.kernel.models import build_model, load_weights
 
 from .helpers import PYTHON, SPEC, trainer_env
 

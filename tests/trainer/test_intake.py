@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from tests.helpers import trainable
-from trainer.intake import GroupAssembler, Item, OffsetTracker, TrainedIds, check_experience
-from trainer.sampling import Window
+from undertow.trainer.intake import GroupAssembler, Item, OffsetTracker, TrainedIds, check_experience
+from undertow.trainer.sampling import Window
 
 P0, P1 = ("ready", 0), ("ready", 1)
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernel.models import build_model
-from kernel.models.adapters import is_adapter
-from rollout.engines.transformers_engine import TransformersEngine
-from schemas import MetricEvent, WeightUpdate, assemble_weights
-from streams import Topics
+from undertow.kernel.models import build_model
+from undertow.kernel.models.adapters import is_adapter
+from undertow.rollout.engines.transformers_engine import TransformersEngine
+from undertow.schemas import MetricEvent, WeightUpdate, assemble_weights
+from undertow.streams import Topics
 
 from .helpers import SPEC, finish, make_group, produce, read_all, start_trainer, write_config
 

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from trainer.algorithms import PolicyInputs, aggregations, dpo_loss, entropy, kl_estimators, policy_losses
-from trainer.algorithms.sft import sft_token_loss
+from undertow.trainer.algorithms import PolicyInputs, aggregations, dpo_loss, entropy, kl_estimators, policy_losses
+from undertow.trainer.algorithms.sft import sft_token_loss
 
 
 def inputs(logp, behaviour, adv, mask=None, proximal=None):

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from schemas import MetricEvent, Rejected
-from streams import Topics
-from trainer.checkpoint import Ledger, TrainerState
-from trainer.config import TrainerConfig
-from trainer.objectives import objectives
-from trainer.runner import Budget, Leader, StopFlag
-from trainer.step import StepResult
+from undertow.schemas import MetricEvent, Rejected
+from undertow.streams import Topics
+from undertow.trainer.checkpoint import Ledger, TrainerState
+from undertow.trainer.config import TrainerConfig
+from undertow.trainer.objectives import objectives
+from undertow.trainer.runner import Budget, Leader, StopFlag
+from undertow.trainer.step import StepResult
 
 from .helpers import SPEC, make_group, produce, read_all
 

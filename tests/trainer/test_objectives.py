@@ -6,13 +6,13 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from kernel.models import build_model
-from schemas import PreferencePair
-from schemas.logprobs import sequence_logprobs
-from trainer.batch import pack_sequences
-from infra.run_config import RunConfig
-from trainer.config import AlgorithmConfig
-from trainer.objectives import objectives
+from undertow.kernel.models import build_model
+from undertow.schemas import PreferencePair
+from undertow.schemas.logprobs import sequence_logprobs
+from undertow.trainer.batch import pack_sequences
+from undertow.infra.run_config import RunConfig
+from undertow.trainer.config import AlgorithmConfig
+from undertow.trainer.objectives import objectives
 
 from .helpers import SPEC, make_group
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from schemas import MetricEvent
-from streams import Topics
+from undertow.schemas import MetricEvent
+from undertow.streams import Topics
 
 from .helpers import finish, make_group, produce, read_all, start_trainer, write_config
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
-from streams import Topics
+from undertow.streams import Topics
 from tests.helpers import wait_for
 
 from .helpers import finish, make_group, produce, start_trainer, write_config

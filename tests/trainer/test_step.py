@@ -7,11 +7,11 @@ import random
 import pytest
 import torch
 
-from kernel.models import build_model
-from schemas import Experience
-from trainer.config import AlgorithmConfig
-from trainer.objectives import objectives
-from trainer.step import StepShape, Tally, accumulate, pack, padded_cost, plan
+from undertow.kernel.models import build_model
+from undertow.schemas import Experience
+from undertow.trainer.config import AlgorithmConfig
+from undertow.trainer.objectives import objectives
+from undertow.trainer.step import StepShape, Tally, accumulate, pack, padded_cost, plan
 
 from .helpers import SPEC
 

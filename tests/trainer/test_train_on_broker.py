@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernel.models import build_model, load_weights
-from schemas import MetricEvent, Rejected, WeightUpdate, assemble_weights
-from streams import Topics
+from undertow.kernel.models import build_model, load_weights
+from undertow.schemas import MetricEvent, Rejected, WeightUpdate, assemble_weights
+from undertow.streams import Topics
 
 from .helpers import SPEC, behaviour_logprobs, make_group, finish, produce, read_all, start_trainer, write_config
 

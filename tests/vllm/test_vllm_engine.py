@@ -14,10 +14,10 @@ import time
 import pytest
 import torch
 
-from kernel.models import ModelSpec, build_model, weights_to_bytes
-from schemas import Experience, Rejected, Task, chunk_weights
-from streams import RecordProducer, Topics
-from rollout.engines import SamplingParams, build_engine
+from undertow.kernel.models import ModelSpec, build_model, weights_to_bytes
+from undertow.schemas import Experience, Rejected, Task, chunk_weights
+from undertow.streams import RecordProducer, Topics
+from undertow.rollout.engines import SamplingParams, build_engine
 from tests.helpers import load_run, read_all, wait_for, write_config
 from tests.vllm.trainer_logprobs import in_trainer_environment, trainer_logprobs
 
@@ -158,7 +158,7 @@ def test_bucket_files_stream_into_the_engine_and_a_misfit_is_refused_first(engin
     """The files and broadcast transports' path: many safetensors buckets, read one tensor at a time."""
     from safetensors.torch import load
 
-    from kernel.models.weights import to_buckets
+    from undertow.kernel.models.weights import to_buckets
     from tests.vllm.tiny_llama import save_tiny_llama
 
     def written(tensors: dict, folder) -> list:
@@ -210,10 +210,10 @@ def test_an_update_that_does_not_fit_is_refused_and_the_weights_stay(engine, spe
 
 def test_a_worker_generates_with_vllm_into_the_broker_and_swaps_from_the_topic(
         engine, spec, original, kafka, namespace, tmp_path, monkeypatch):
-    import rollout.worker
-    from rollout.worker import RolloutWorker
+    import undertow.rollout.worker as rollout_worker
+    from undertow.rollout.worker import RolloutWorker
 
-    monkeypatch.setattr(rollout.worker, "build_engine", lambda entry, model: engine)  # the module's engine
+    monkeypatch.setattr(rollout_worker, "build_engine", lambda entry, model: engine)  # the module's engine
     path = write_config(tmp_path / "run.yaml", namespace, model=fields(spec),
                         rollout={"engine": {"name": "vllm"}, "sampling": {"max_new_tokens": 8},
                                  "reward": "numeric_match", "max_staleness": 0})

@@ -11,10 +11,10 @@ import gc
 import pytest
 import torch
 
-from kernel.models import ModelSpec, build_model, weights_to_bytes
-from kernel.models.adapters import LoraShape, adapter_to_bytes, wrap_lora
-from schemas.logprobs import sequence_logprobs
-from rollout.engines import SamplingParams, build_engine
+from undertow.kernel.models import ModelSpec, build_model, weights_to_bytes
+from undertow.kernel.models.adapters import LoraShape, adapter_to_bytes, wrap_lora
+from undertow.schemas.logprobs import sequence_logprobs
+from undertow.rollout.engines import SamplingParams, build_engine
 
 TOLERANCE = 1e-4
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from kernel.models import ModelSpec, build_model, weights_to_bytes
-from rollout.engines import SamplingParams, build_engine
+from undertow.kernel.models import ModelSpec, build_model, weights_to_bytes
+from undertow.rollout.engines import SamplingParams, build_engine
 from tests.vllm.trainer_logprobs import in_trainer_environment
 
 SMOLLM2 = {"name": "smollm2-135m", "source": "gguf"}

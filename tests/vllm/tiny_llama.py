@@ -11,7 +11,7 @@ def save_tiny_llama(folder: Path, seed: int = 0, tied: bool = False, init_std: f
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from kernel.models.tiny import char_tokenizer
+    from undertow.kernel.models.tiny import char_tokenizer
 
     tok = char_tokenizer()
     config = LlamaConfig(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,

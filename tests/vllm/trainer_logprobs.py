@@ -18,8 +18,8 @@ def trainer_logprobs(model: dict, temperature: float, rows: list[tuple[list[int]
     """`model`: the ModelSpec's fields (source, path, init_from), as the trainer builds it."""
     import torch
 
-    from kernel.models import ModelSpec, build_model
-    from schemas.logprobs import sequence_logprobs
+    from undertow.kernel.models import ModelSpec, build_model
+    from undertow.schemas.logprobs import sequence_logprobs
 
     policy = build_model(ModelSpec(**model))
     seqs = [p + r for p, r in rows]

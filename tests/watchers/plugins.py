@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from schemas import Experience
-from watchers import Alert, watcher
+from undertow.schemas import Experience
+from undertow.watchers import Alert, watcher
 
 
 @watcher("fragile_too_long", reads=("raw",))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from schemas import EvalResult, MetricEvent, Rejected
+from undertow.schemas import EvalResult, MetricEvent, Rejected
 from tests.helpers import exp
-from watchers import Harness
+from undertow.watchers import Harness
 
 T0 = 1_800_000_000.0
 
@@ -129,7 +129,7 @@ def test_rejection_watchers_stay_quiet_on_a_normal_trickle():
 
 
 def test_alerts_plot_as_one_series_per_watcher():
-    from infra.monitor.component import scalars_of
+    from undertow.infra.monitor.component import scalars_of
 
     h = Harness({"name": "format_violations", "window": 1, "max_fraction": 0.0})
     h.feed([exp(finish="length")])

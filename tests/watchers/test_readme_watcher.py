@@ -6,7 +6,7 @@ import re
 import sys
 
 from tests.helpers import ROOT, exp
-from watchers import Harness
+from undertow.watchers import Harness
 
 
 def test_readme_watcher_example(tmp_path, monkeypatch):

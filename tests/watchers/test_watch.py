@@ -8,8 +8,8 @@ import signal
 
 import pytest
 
-from schemas import MetricEvent
-from streams import GroupLag, Topics
+from undertow.schemas import MetricEvent
+from undertow.streams import GroupLag, Topics
 from tests.helpers import exp, produce, read_all, start_cli, wait_for, write_config
 
 pytestmark = [pytest.mark.broker]

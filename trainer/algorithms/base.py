@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kernel.registry import Registry
+from undertow.kernel.registry import Registry
 
 policy_losses: Registry = Registry("policy loss")
 aggregations: Registry = Registry("aggregation")
