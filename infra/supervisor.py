@@ -100,15 +100,24 @@ class Supervisor:
     def stop(self, names: list[str] | None = None, timeout: float = 60.0,
              timeouts: dict[str, float] | None = None) -> None:
         """SIGTERM the named children (all by default) in the given order, each waited for in turn
-        (`timeouts[name]`, else `timeout` seconds) before it is killed."""
+        (`timeouts[name]`, else `timeout` seconds) before it is killed, and what it leaves in its
+        process group with it.
+
+        The child alone gets the SIGTERM, not its group: a rollout worker finishes its batch on its
+        vLLM engine's processes, which a group-wide SIGTERM killed under it mid-generation."""
         chosen = [c for n in names for c in self.children if c.name == n] if names else list(self.children)
         for child in chosen:
             child.restart_at = None  # a stop wins over a pending restart
-            if child.returncode is not None:
+            if child.proc is None:
                 continue
-            os.killpg(child.proc.pid, signal.SIGTERM)
-            try:
-                child.proc.wait((timeouts or {}).get(child.name, timeout))
-            except subprocess.TimeoutExpired:
+            if child.returncode is None:
+                child.proc.send_signal(signal.SIGTERM)
+                try:
+                    child.proc.wait((timeouts or {}).get(child.name, timeout))
+                except subprocess.TimeoutExpired:
+                    pass
+            try:  # the child if it overran, and anything of its group that outlived it
                 os.killpg(child.proc.pid, signal.SIGKILL)
-                child.proc.wait(10)
+            except ProcessLookupError:
+                pass
+            child.proc.wait(10)

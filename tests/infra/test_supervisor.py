@@ -57,3 +57,25 @@ def test_a_child_given_longer_to_stop_finishes_its_shutdown_work(tmp_path):
     sup.stop(["other", "eval"], timeout=0.3, timeouts={"eval": 30.0})
     assert hasty.returncode == -signal.SIGKILL  # killed after 0.3 s, mid-shutdown
     assert slow.returncode == 0 and done.read_text() == "x"
+
+
+def test_a_stopped_child_shuts_down_before_its_helpers_and_none_outlive_it(tmp_path):
+    """A rollout worker's vLLM engine runs in processes of its own: the SIGTERM goes to the worker
+    alone, which finishes with its helper still there; a helper it leaves behind is killed with it."""
+    sup = Supervisor(tmp_path)
+    seen, helper_pid = tmp_path / "seen", tmp_path / "helper.pid"
+    script = ("import signal, subprocess, sys, time\n"
+              "helper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+              f"open({str(helper_pid)!r}, 'w').write(str(helper.pid))\n"
+              "def bye(*_):\n"
+              "    time.sleep(0.5)  # the batch under way, on the helper\n"
+              f"    open({str(seen)!r}, 'w').write('alive' if helper.poll() is None else 'gone')\n"
+              "    sys.exit(0)  # without stopping the helper\n"
+              "signal.signal(signal.SIGTERM, bye)\ntime.sleep(120)")
+    child = sup.start("rollout", [sys.executable, "-c", script])
+    wait_for(lambda: helper_pid.exists() and helper_pid.read_text())
+    pid = int(helper_pid.read_text())
+    sup.stop(timeout=30)
+    assert child.returncode == 0 and seen.read_text() == "alive"
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z",
+             timeout=10, what="the helper killed")
