@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from undertow.infra.broker import LocalKafka, free_port_block  # noqa: E402
 from undertow.schemas import Experience  # noqa: E402
-from undertow.streams import KafkaSettings, RecordProducer, Topics, create_topics  # noqa: E402
+from undertow.streams import KafkaSettings, RecordProducer, RunContext, Topics, create_topics  # noqa: E402
 from undertow.streams.archive import ArchiveConfig, Archiver  # noqa: E402
 from undertow.streams.history import History  # noqa: E402
 from undertow.streams.replay import Selection, replay  # noqa: E402
@@ -54,7 +54,7 @@ def main() -> None:
                 for r in records:
                     producer.send(Topics(source).ready, r, key=r.group_id)
             cfg = ArchiveConfig(root=str(Path(tmp) / "archive"), topics=["experiences.ready"])
-            stats = Archiver(cfg, kafka, source).run(lambda: False, max_records=len(records))
+            stats = Archiver(cfg, RunContext(namespace=source, kafka=kafka)).run(lambda: False, max_records=len(records))
             print(f"archive: {stats.rows} rows in {stats.files} files, {stats.seconds:.2f} s, {stats.rows_per_s:.0f} rows/s")
             history = History.from_archive(cfg.root, [source])
             with RecordProducer(kafka) as producer:

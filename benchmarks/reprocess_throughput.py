@@ -28,7 +28,7 @@ import yaml  # noqa: E402
 
 from benchmarks.processors_throughput import GROUP, publish, reference, shut_down, worker_run  # noqa: E402
 from undertow.infra.broker import LocalKafka, free_port_block  # noqa: E402
-from undertow.streams import KafkaSettings, RecordProducer, Topics, create_topics  # noqa: E402
+from undertow.streams import KafkaSettings, RecordProducer, RunContext, Topics, create_topics  # noqa: E402
 from undertow.streams.archive import ArchiveConfig, Archiver  # noqa: E402
 from undertow.streams.history import History  # noqa: E402
 from undertow.streams.replay import Selection, replay  # noqa: E402
@@ -56,7 +56,7 @@ def main() -> None:
     try:
         publish(kafka, Topics(source).raw, 0, records // GROUP)
         t = time.monotonic()
-        archived = Archiver(ArchiveConfig(root=str(work / "archive"), topics=["experiences.raw"]), kafka, source).run(
+        archived = Archiver(ArchiveConfig(root=str(work / "archive"), topics=["experiences.raw"]), RunContext(namespace=source, kafka=kafka)).run(
             lambda: False, max_records=records)
         archive_s = time.monotonic() - t
         print(f"archived {archived.rows} rows in {archive_s:.1f} s ({archived.rows / archive_s:.0f} rows/s)", flush=True)

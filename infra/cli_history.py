@@ -27,7 +27,7 @@ def archive(config: Path = typer.Argument(..., exists=True, dir_okay=False, help
 
     with user_errors():
         cfg, context = component(config)
-        archiver = Archiver(cfg.archive, context.kafka, context.namespace)
+        archiver = Archiver(cfg.archive, context)
     stop = {"requested": False}
 
     def handle(signum: int, _frame: Any) -> None:
@@ -42,9 +42,7 @@ def archive(config: Path = typer.Argument(..., exists=True, dir_okay=False, help
 
 
 def _root(root: Optional[str], config: Optional[Path]) -> str:
-    if root:
-        return root
-    return run_config(config).archive.root if config else DEFAULT_ROOT
+    return root or run_config(config).archive.root
 
 
 def _history(root: Optional[str], config: Optional[Path], namespace: Optional[str], live: bool,

@@ -7,7 +7,7 @@ Each has a test that breaks it (tests/infra/test_config_rules.py counts them).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from undertow.processors.pipeline import Pipeline
 from undertow.trainer.objectives import objectives
@@ -22,13 +22,14 @@ RULES: dict[str, Rule] = {}
 WHOLE_RUN: set[str] = set()
 
 
-def rule(fn: Rule | None = None, *, whole_run: bool = False) -> Any:
-    def register(fn: Rule) -> Rule:
-        RULES[fn.__name__] = fn
-        if whole_run:
-            WHOLE_RUN.add(fn.__name__)
-        return fn
-    return register(fn) if fn is not None else register
+def rule(fn: Rule) -> Rule:
+    RULES[fn.__name__] = fn
+    return fn
+
+
+def whole_run_rule(fn: Rule) -> Rule:
+    WHOLE_RUN.add(fn.__name__)
+    return rule(fn)
 
 
 def problems(config: "RunConfig", *, whole_run: bool = True) -> list[str]:
@@ -64,7 +65,7 @@ def one_sampling_temperature(cfg: "RunConfig") -> Iterator[str]:
                f"the trainer recomputes log-probs at its temperature, so every importance ratio would be skewed")
 
 
-@rule(whole_run=True)
+@whole_run_rule
 def objective_trains_on_what_the_processors_write(cfg: "RunConfig") -> Iterator[str]:
     """The trainer reads only its objective's record type; in a run, experiences.ready holds what
     the processors pipeline writes, so any other type would leave it refusing every record."""

@@ -121,10 +121,7 @@ class RunConfig(BaseModel):
 def load_run_config(path: str | Path) -> tuple[RunConfig, dict[str, Any]]:
     """The validated config and its raw mapping (stages are merged from the raw one)."""
     raw = load_yaml(path)
-    try:
-        config = RunConfig.model_validate(raw)
-    except ValidationError as e:
-        raise ConfigError(validation_message(str(path), e)) from None
+    config = _validated(path, raw)
     for index, stage in enumerate(config.run.stages):
         try:
             stage_config(raw, stage)
@@ -136,8 +133,12 @@ def load_run_config(path: str | Path) -> tuple[RunConfig, dict[str, Any]]:
 def load_component_config(path: str | Path) -> RunConfig:
     """What a component command (`undertow train`, `rollout`, …) reads: the same model and rules as
     `undertow run`, but for those about how a run wires its stages (config_rules.WHOLE_RUN)."""
+    return _validated(path, load_yaml(path), component=True)
+
+
+def _validated(path: str | Path, raw: dict[str, Any], **context: Any) -> RunConfig:
     try:
-        return RunConfig.model_validate(load_yaml(path), context={"component": True})
+        return RunConfig.model_validate(raw, context=context)
     except ValidationError as e:
         raise ConfigError(validation_message(str(path), e)) from None
 

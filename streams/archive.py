@@ -23,7 +23,7 @@ from undertow.kernel.progress import Bar
 from undertow.schemas import DecodeError, Rejected, WeightUpdate, decode, record_types
 from undertow.streams.archive_store import ArchivedMessage, ArchiveStore
 from undertow.streams.consumer import Partition, RecordConsumer
-from undertow.streams.settings import KafkaSettings
+from undertow.streams.context import RunContext
 from undertow.streams.topics import CATALOG
 
 ARCHIVABLE = tuple(spec.suffix for spec in CATALOG if spec.suffix != "weights")  # weights: blobs, kept elsewhere
@@ -89,14 +89,15 @@ def archived(value: bytes, topic: str, partition: int, offset: int, timestamp_ms
 
 
 class Archiver:
-    """Consumes the chosen topics of `namespace` and writes them to the archive in flushed ranges."""
+    """Consumes the chosen topics of the context's namespace and writes them to the archive in flushed ranges."""
 
-    def __init__(self, cfg: ArchiveConfig, kafka: KafkaSettings, namespace: str):
+    def __init__(self, cfg: ArchiveConfig, context: RunContext):
+        namespace = context.namespace
         self.cfg, self.namespace = cfg, namespace
         self.store = ArchiveStore(cfg.root, namespace)
         self.suffix_of = {f"{namespace}.{s}": s for s in cfg.topics}
         # Its group only records positions (for `undertow status`): it reads undecoded, dead-letters nothing.
-        self.consumer = RecordConsumer(kafka, [], group_id=cfg.consumer_group)
+        self.consumer = RecordConsumer(context.kafka, [], group_id=cfg.consumer_group)
         self.buffers: dict[Partition, _Buffer] = {}
         self.stats = ArchiveStats()
         self.bar = Bar()  # advanced by the rows of each flush

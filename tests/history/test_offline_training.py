@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from undertow.streams import RecordProducer, Topics, create_topics
+from undertow.streams import RecordProducer, RunContext, Topics, create_topics
 from undertow.streams.archive import ArchiveConfig, Archiver
 from undertow.streams.history import History
 from undertow.streams.replay import Selection, replay
@@ -21,7 +21,7 @@ GROUPS = 12
 
 def archive_recorded_run(kafka, namespace: str, root: Path) -> History:
     produce(kafka, Topics(namespace).ready, [e for g in range(GROUPS) for e in make_group(g)])
-    stats = Archiver(ArchiveConfig(root=str(root), topics=["experiences.ready"]), kafka, namespace).run(
+    stats = Archiver(ArchiveConfig(root=str(root), topics=["experiences.ready"]), RunContext(namespace=namespace, kafka=kafka)).run(
         lambda: False, max_records=4 * GROUPS)
     assert stats.rows == 4 * GROUPS
     return History.from_archive(str(root), [namespace])

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from undertow.streams import Topics
+from undertow.streams import RunContext, Topics
 from undertow.streams.archive import ArchiveConfig, Archiver
 from undertow.streams.history import History
 
@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.broker, pytest.mark.slow]
 def test_replayed_raw_experiences_go_through_new_processors(kafka, namespace, tmp_path: Path):
     root = tmp_path / "archive"
     produce(kafka, Topics(namespace).raw, [e for g in range(3) for e in make_group(g)])
-    Archiver(ArchiveConfig(root=str(root), topics=["experiences.raw"]), kafka, namespace).run(lambda: False, max_records=12)
+    Archiver(ArchiveConfig(root=str(root), topics=["experiences.raw"]), RunContext(namespace=namespace, kafka=kafka)).run(lambda: False, max_records=12)
 
     target = f"{namespace}-rloo"
     sent = cli("replay", "--root", str(root), "-n", namespace, "--view", "raw", "--into", "raw",

@@ -12,7 +12,7 @@ import yaml
 
 from undertow.infra.run_status import find_running_run, run_status
 from undertow.schemas import Rejected
-from undertow.streams import BOOTSTRAP_ENV, Topics, create_topics
+from undertow.streams import BOOTSTRAP_ENV, RunContext, Topics, create_topics
 from undertow.streams.archive import ArchiveConfig, Archiver
 from tests.helpers import ROOT, env, exp, produce
 
@@ -46,7 +46,7 @@ def test_a_finished_run_is_read_from_its_directory_and_archive(kafka, namespace,
     produce(kafka, Topics(rl).ready, [exp(f"g{i}", 0, 1) for i in range(5)])
     produce(kafka, Topics(rl).rejected, [Rejected.of("trainer", "stale", b"x", record_id=f"r{i}") for i in range(2)],
             key_of=lambda r: r.record_id)
-    Archiver(ArchiveConfig(root=str(run_dir / "archive")), kafka, rl).run(lambda: False, idle_timeout_s=3)
+    Archiver(ArchiveConfig(root=str(run_dir / "archive")), RunContext(namespace=rl, kafka=kafka)).run(lambda: False, idle_timeout_s=3)
     monkeypatch.delenv(BOOTSTRAP_ENV)  # the run is over: its broker is gone
     st = run_status(run_dir)
     assert (st.status, st.bootstrap, st.live) == ("done", None, {})

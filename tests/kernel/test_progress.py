@@ -16,7 +16,7 @@ from undertow.infra.run_config import RunConfig
 from undertow.rollout.engines import build_engine
 from undertow.rollout.evaluation import Evaluator
 from undertow.schemas import MetricEvent
-from undertow.streams import RecordProducer, Topics
+from undertow.streams import RecordProducer, RunContext, Topics
 from undertow.streams.archive import ArchiveConfig, Archiver
 from undertow.streams.archive_store import ArchivedMessage, ArchiveStore
 from undertow.streams.history import History
@@ -86,7 +86,7 @@ def test_the_archiver_counts_the_rows_it_wrote(kafka, namespace, tmp_path: Path)
             p.send(Topics(namespace).metrics, MetricEvent(component="trainer", values={"loss": 1.0}, step=step))
     out = StringIO()
     with progress("archive", unit="rows", console=Console(file=out, force_terminal=True, width=100)) as bar:
-        stats = Archiver(ArchiveConfig(root=str(tmp_path), topics=["metrics"]), kafka, namespace).run(
+        stats = Archiver(ArchiveConfig(root=str(tmp_path), topics=["metrics"]), RunContext(namespace=namespace, kafka=kafka)).run(
             lambda: False, max_records=7, bar=bar)
     assert stats.rows == bar.done == 7 and "7/? rows" in plain(out.getvalue())
 
