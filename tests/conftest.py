@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+import threading
 import uuid
 
 import pytest
@@ -35,3 +37,19 @@ def namespace(kafka: KafkaSettings, request: pytest.FixtureRequest) -> str:
     ns = "".join(c if c.isalnum() or c in "-_" else "-" for c in ns)
     create_topics(kafka, ns)
     return ns
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config._undertow_exitstatus = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A thread a failed test left running (a worker waiting for a task that never came) would keep
+    the interpreter from exiting, and CI would wait for it until its own timeout: name it, and leave."""
+    stuck = [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive() and not t.daemon]
+    if stuck:
+        print(f"\nnon-daemon threads still running after the session: {[t.name for t in stuck]}; exiting "
+              "without waiting for them", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(getattr(config, "_undertow_exitstatus", 1))

@@ -30,7 +30,7 @@ def test_a_rollout_worker_dead_letters_bad_tasks_and_oversize_experiences(kafka,
     cfg, context = load_run(path, kafka)
     worker = RolloutWorker(cfg.rollout, context, "w")
     stats = {}
-    thread = threading.Thread(target=lambda: stats.update(done=worker.run(idle_timeout=3)))
+    thread = threading.Thread(target=lambda: stats.update(done=worker.run(idle_timeout=3)), daemon=True)
     with RecordProducer(kafka) as producer:
         producer.send(topics.tasks, task("first"), key="x", partition=0)
         producer.send_bytes(topics.tasks, b"\xc1 not a task", key="x", partition=0)

@@ -44,7 +44,7 @@ def test_cluster_survives_a_broker_crash(cluster):
                     failed.append(tid)
                 i += 1
 
-    writer = threading.Thread(target=produce)
+    writer = threading.Thread(target=produce, daemon=True)
     writer.start()
     try:
         _wait_for(lambda: len(acked) >= 50)

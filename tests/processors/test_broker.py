@@ -169,7 +169,7 @@ def test_a_worker_killed_mid_stream_loses_nothing(kafka, namespace, tmp_path):
                     sent.append(e.experience_id)
                 time.sleep(0.01)
 
-    writer = threading.Thread(target=publish)
+    writer = threading.Thread(target=publish, daemon=True)
     proc = start(tmp_path, namespace, **section)
     try:
         writer.start()

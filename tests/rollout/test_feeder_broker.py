@@ -34,7 +34,7 @@ def test_feeder_keeps_the_lag_bounded(kafka, namespace, config_path):
     cfg, context = load_run(config_path(feeder=feeder_cfg), kafka)
     feeder = Feeder(cfg.feeder, context)
     stop = threading.Event()
-    thread = threading.Thread(target=feeder.run, kwargs={"max_tasks": 12, "stop": stop})
+    thread = threading.Thread(target=feeder.run, kwargs={"max_tasks": 12, "stop": stop}, daemon=True)
     thread.start()
     topics = Topics(namespace)
     try:

@@ -178,7 +178,7 @@ def test_broadcast_delivers_a_version_to_the_workers_that_joined(tmp_path):
 
     def worker(i):
         results[i] = receive_broadcast(update, 10, str(tmp_path))
-    workers = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
+    workers = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(2)]
     for w in workers:
         w.start()
     for w in workers:

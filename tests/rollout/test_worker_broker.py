@@ -39,7 +39,7 @@ def test_worker_publishes_experiences_and_hot_swaps_weights(kafka, namespace, co
     topics = Topics(namespace)
     worker = RolloutWorker(config.rollout, context, "w0")
     stats = {}
-    thread = threading.Thread(target=lambda: stats.update(done=worker.run(max_tasks=3)))
+    thread = threading.Thread(target=lambda: stats.update(done=worker.run(max_tasks=3)), daemon=True)
     thread.start()
     with RecordProducer(kafka) as producer:
         producer.send(topics.tasks, Task(task_id="t1", prompt="What is 2+3?", answer="5", group_size=3), key="t1")

@@ -220,7 +220,7 @@ def test_a_worker_generates_with_vllm_into_the_broker_and_swaps_from_the_topic(
     config, context = load_run(path, kafka)
     topics, worker = Topics(namespace), RolloutWorker(config.rollout, context, "w0")
     done = {}
-    thread = threading.Thread(target=lambda: done.update(stats=worker.run(max_tasks=3)))
+    thread = threading.Thread(target=lambda: done.update(stats=worker.run(max_tasks=3)), daemon=True)
     thread.start()
 
     def experiences(task_id):
