@@ -44,7 +44,7 @@ from undertow.schemas import SCHEMA_VERSION, Task, encode  # noqa: E402
 from undertow.streams import KafkaSettings, Topics  # noqa: E402
 
 NAMESPACE = "soak"
-STAGE = "rl"  # the stage under chaos; its logs are logs/1-rl/
+STAGE = "rl"  # the stage under chaos
 COMPONENTS = ("rollout", "processors", "trainer", "feeder")
 POISON = (b"\xc1 not msgpack at all",
           msgpack.packb({"kind": "experience", "schema_version": SCHEMA_VERSION + 98, "experience_id": "p"}),
@@ -107,6 +107,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "5 per component per 10 minutes on average, the default policy's limit: a soak that "
                         "keeps the default fails by chance (once: the trainer's 6th kill in 290 s)")
     p.add_argument("--default-policy", action="store_true", help="keep the default run.restarts instead")
+    p.add_argument("--init-from", help="an HF export of the demo's SFT warm-up (e.g. a demo run's "
+                   "checkpoints/demo-warmup/step-*/hf): RL starts from it instead of running the warm-up first")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", help="where the cluster and the run go (default: a new temporary directory)")
     p.add_argument("--json", help="also write the figures to this file")
@@ -119,6 +121,9 @@ def run_config(args: argparse.Namespace) -> dict:
     cfg["namespace"] = NAMESPACE
     warmup, rl = cfg["run"]["stages"]
     assert rl["name"] == STAGE
+    if args.init_from:
+        cfg["run"]["stages"] = [rl]
+        cfg["model"]["init_from"] = args.init_from
     rl.update(steps=1_000_000, feeder={"epochs": 1})  # it ends when the feeder is stopped and all is trained
     cfg["run"].update(name="soak", idle_timeout_s=25)
     if not args.default_policy:
@@ -171,9 +176,9 @@ def wait_for_rl(proc: subprocess.Popen, runs: Path, min_step: int, timeout: floa
 
 
 def pid_of(run_dir: Path, name: str) -> int | None:
-    path = run_dir / "logs" / f"1-{STAGE}" / f"{name}.pid"
     try:
-        pid = int(path.read_text())
+        (logs,) = run_dir.glob(f"logs/*-{STAGE}")  # 1-rl after the warm-up, 0-rl with --init-from
+        pid = int((logs / f"{name}.pid").read_text())
         os.kill(pid, 0)
         return pid
     except (OSError, ValueError):

@@ -16,6 +16,9 @@ from undertow.streams.settings import KafkaSettings
 from undertow.streams.topics import Topics
 
 CREATE_ATTEMPTS = 5
+# How long a describe waits for a topic the answering broker does not know: one created a moment ago
+# on another broker of a cluster reaches every broker's metadata a little later.
+UNKNOWN_TOPIC_WAIT_S = 5.0
 Offsets = dict[tuple[str, int], int]  # per (topic, partition), as streams.consumer's
 
 
@@ -133,10 +136,15 @@ def describe_topics(settings: KafkaSettings, names: list[str]) -> list[TopicInfo
     if not names:
         return []
     with admin_client(settings) as admin:
-        meta = {t["name"]: t for t in admin.describe_topics(names)}
-        missing = [n for n in names if n not in meta or meta[n].get("error_code")]
-        if missing:
-            raise ValueError(f"topics: no such topic {missing}")
+        deadline = time.monotonic() + UNKNOWN_TOPIC_WAIT_S
+        while True:
+            meta = {t["name"]: t for t in admin.describe_topics(names)}
+            missing = [n for n in names if n not in meta or meta[n].get("error_code")]
+            if not missing:
+                break
+            if time.monotonic() >= deadline:
+                raise ValueError(f"topics: no such topic {missing}")
+            time.sleep(0.25)
         resources = [ConfigResource(ConfigResourceType.TOPIC, n) for n in names]
         configs = admin.describe_configs(resources)["topic"]
     counts = record_counts(settings, names)

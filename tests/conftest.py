@@ -6,11 +6,14 @@ import os
 import sys
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 
 from undertow.infra.broker import LocalKafka, free_port_block
+from undertow.infra.run import latest_export
 from undertow.streams import BOOTSTRAP_ENV, KafkaSettings, create_topics
+from tests.run_output import DemoRun, demo_config, only_run_dir, undertow_run, wait_run
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -37,6 +40,22 @@ def namespace(kafka: KafkaSettings, request: pytest.FixtureRequest) -> str:
     ns = "".join(c if c.isalnum() or c in "-_" else "-" for c in ns)
     create_topics(kafka, ns)
     return ns
+
+
+@pytest.fixture(scope="session")
+def demo(kafka: KafkaSettings, tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+    """`undertow run examples/demo.yaml`, once per session (~4 min) on the session's broker: its topics
+    stay up after it for the README's `undertow tail` and `replay` (the demo's own broker stops with it)."""
+    tmp_path = tmp_path_factory.mktemp("demo")
+    proc = undertow_run(str(demo_config(tmp_path)), "--runs-dir", str(tmp_path / "runs"))
+    out = wait_run(proc, tmp_path / "runs", timeout=720)
+    return DemoRun(only_run_dir(tmp_path / "runs"), out)
+
+
+@pytest.fixture(scope="session")
+def demo_warm_start(demo: DemoRun) -> Path:
+    """The HF export the demo's SFT warm-up ended with: where the fault tests start RL from."""
+    return latest_export(demo.run_dir / "checkpoints" / "demo-warmup")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -1,12 +1,46 @@
-"""Waiting for an `undertow run` subprocess, with every component's log in the failure message."""
+"""Starting an `undertow run` subprocess and waiting for it, with every component's log in the failure message."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class DemoRun:
+    """A finished `undertow run examples/demo.yaml`: its run directory and its output."""
+
+    run_dir: Path
+    out: str
+
+
+def demo_config(tmp_path: Path, **run: object) -> Path:
+    """examples/demo.yaml with `run` settings replaced, written under `tmp_path`."""
+    cfg = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
+    cfg["run"].update(run)
+    path = tmp_path / "demo.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def undertow_run(*args: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "undertow.infra.cli", "run", *args, "--no-live"], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+
+
+def only_run_dir(runs: Path) -> Path:
+    (run_dir,) = list(runs.iterdir())
+    return run_dir
 
 
 def component_logs(runs: Path, tail: int = 2500) -> str:

@@ -1,4 +1,5 @@
-"""The whole loop through the real broker: the demo learns; Ctrl-C leaves a checkpoint that --resume continues."""
+"""The whole loop through the real broker: the demo (run once per session, tests/conftest.py) learns and
+every README command works on its run directory; Ctrl-C leaves a checkpoint that --resume continues."""
 
 from __future__ import annotations
 
@@ -10,14 +11,13 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
 from undertow.infra.metrics_log import read_metrics
-from tests.run_output import wait_run
+from tests.run_output import demo_config, only_run_dir, undertow_run, wait_run
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,47 +31,12 @@ NOT_ON_A_FINISHED_RUN = {
 }
 
 
-def demo_config(tmp_path: Path, **run: object) -> Path:
-    cfg = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
-    cfg["run"].update(run)
-    path = tmp_path / "demo.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
-def undertow_run(*args: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "undertow.infra.cli", "run", *args, "--no-live"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
-
-
-def only_run_dir(runs: Path) -> Path:
-    (run_dir,) = list(runs.iterdir())
-    return run_dir
-
-
 def trainer_rows(run_dir: Path, stage: str) -> list[dict]:
     return [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("stage") == stage and r["component"] == "trainer"]
 
 
 def eval_rows(run_dir: Path, stage: str) -> list[dict]:
     return [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("stage") == stage and r["component"] == "eval"]
-
-
-@dataclass
-class DemoRun:
-    run_dir: Path
-    out: str
-
-
-@pytest.fixture(scope="module")
-def demo(kafka, tmp_path_factory) -> DemoRun:
-    """The demo, run once for the tests below (~4 min), on the session's broker: its topics stay up
-    after it for the README's `undertow tail` and `replay` (the demo's own broker stops with it)."""
-    tmp_path = tmp_path_factory.mktemp("demo")
-    proc = undertow_run(str(demo_config(tmp_path)), "--runs-dir", str(tmp_path / "runs"))
-    out = wait_run(proc, tmp_path / "runs", timeout=720)
-    return DemoRun(only_run_dir(tmp_path / "runs"), out)
 
 
 def test_demo_learns_through_the_broker(demo):

@@ -1,6 +1,7 @@
 """The chaos soak's short version (benchmarks/chaos_soak.py): the processor worker SIGKILLed five
-times in about two and a half minutes, poison on the raw topic, on 3 brokers. The run must finish
-under the default restart policy with nothing lost, nothing trained twice and no task missing."""
+times in about two and a half minutes, poison on the raw topic, on 3 brokers, RL from the demo's
+warm-up. The run must finish under the default restart policy with nothing lost, nothing trained
+twice and no task missing."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(1500)
-def test_five_kills_of_the_processors_in_a_few_minutes_lose_nothing(tmp_path):
+def test_five_kills_of_the_processors_in_a_few_minutes_lose_nothing(demo_warm_start, tmp_path):
     figures = tmp_path / "soak.json"
     cmd = [sys.executable, "benchmarks/chaos_soak.py", "--minutes", "3", "--components", "processors",
            "--kills", "5", "--kill-every-s", "20", "30", "--broker-every-s", "0", "--default-policy", "--workdir", str(tmp_path / "w"),
-           "--json", str(figures)]
+           "--init-from", str(demo_warm_start), "--json", str(figures)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1400)
     print(proc.stdout[-3000:])
     assert figures.exists(), f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}\n{run_log(tmp_path)}"
