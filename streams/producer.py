@@ -29,7 +29,7 @@ class RecordProducer:
     sent since the last flush was refused, so offsets are never committed past a lost output.
     """
 
-    _PRUNE_EVERY = 10_000  # sends between dropping acknowledged futures (bounded memory without flushes)
+    _PRUNE_EVERY = 10_000  # pending futures before dropping the acknowledged ones (bounded memory without flushes)
 
     def __init__(self, settings: KafkaSettings, **overrides: Any):
         kw = dict(acks="all", enable_idempotence=True, linger_ms=5, retries=2**31 - 1,
@@ -37,6 +37,7 @@ class RecordProducer:
         kw.update(overrides)
         self._producer = connect(KafkaProducer, settings, **kw)
         self._unflushed: list[FutureRecordMetadata] = []
+        self._prune_at = self._PRUNE_EVERY
 
     def send(self, topic: str, record: Record, key: str | bytes | None = None,
              partition: int | None = None) -> FutureRecordMetadata:
@@ -48,9 +49,16 @@ class RecordProducer:
         """Send already-encoded bytes (replays, relays, and tests of hostile input)."""
         future = self._producer.send(topic, value=value, key=as_key(key), partition=partition)
         self._unflushed.append(future)
-        if len(self._unflushed) >= self._PRUNE_EVERY:
-            self._unflushed = [f for f in self._unflushed if not (f.is_done and f.succeeded())]
+        if len(self._unflushed) >= self._prune_at:
+            self._prune()
         return future
+
+    def _prune(self) -> None:
+        """Drop the acknowledged futures (failed ones stay for flush() to raise). What is still pending
+        stays too, so the next prune waits until the list has doubled: a burst of sends ahead of the
+        acknowledgements (a replay) costs O(1) per send, not a scan of everything in flight."""
+        self._unflushed = [f for f in self._unflushed if not (f.is_done and f.succeeded())]
+        self._prune_at = max(self._PRUNE_EVERY, 2 * len(self._unflushed))
 
     def reject(self, topic: str, *, stage: str, reason: str, detail: str = "", original: bytes = b"",
                key: bytes | None = None, source_topic: str | None = None, partition: int | None = None,
@@ -65,6 +73,7 @@ class RecordProducer:
         self._producer.flush(timeout)
         failed = [f for f in self._unflushed if f.is_done and f.failed()]
         self._unflushed = [f for f in self._unflushed if not f.is_done]
+        self._prune_at = max(self._PRUNE_EVERY, 2 * len(self._unflushed))
         if failed:
             raise DeliveryError(f"{len(failed)} record(s) not delivered; first: {failed[0].exception!r}")
 
