@@ -214,9 +214,8 @@ def make_chaos(run_dir: Path, cluster: LocalKafka, args: argparse.Namespace, cha
             cluster.start_node(down[0])
             print(f"[chaos {time.monotonic() - started:5.0f}s] broker {down[0]} back", flush=True)
             down, next_broker = None, time.monotonic() + args.broker_every_s
-        if args.kills is not None and sum(chaos.kills.values()) >= args.kills and down is None \
-                and now >= next_kill:
-            break  # the kills asked for are done
+        if args.kills is not None and sum(chaos.kills.values()) >= args.kills and down is None:
+            break  # the kills asked for are done; the settle time after them lets the last one restart
         time.sleep(0.5)
     if down is not None:
         cluster.start_node(down[0])
