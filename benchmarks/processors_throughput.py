@@ -156,6 +156,9 @@ def throughput(count: Callable[[], int], pid: int, alive: Callable[[], bool], re
         time.sleep(0.5)
     if "end" not in marks:
         raise RuntimeError(f"pid {pid} stopped or stalled after {count()} of {records} records")
+    if marks["end"] - marks["start"] < 1.0:  # within one or two samples: a rate of noise, or 0/0
+        raise RuntimeError(f"{records} records went by in under a second of measuring: too few for a rate; "
+                           "ask for more (--records)")
     rate = (records - marks["start_n"]) / (marks["end"] - marks["start"])
     # CPU share while draining: ~1.0 means the process itself is the bottleneck
     busy = (marks["end_cpu"] - marks["start_cpu"]) / (marks["end"] - marks["start"])
