@@ -8,9 +8,6 @@ equal vLLM's, after every hot-swap."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,11 +15,10 @@ import yaml
 
 from undertow.infra.metrics_log import read_metrics
 from undertow.infra.rollout_env import vllm_python
-from tests.run_output import wait_run
+from tests.run_output import only_run_dir, undertow_run, wait_run
 from tests.vllm.tiny_llama import save_tiny_llama
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
 RL_STEPS, ON_POLICY_STEPS = 900, 40
 
 
@@ -61,11 +57,8 @@ def test_a_demo_like_run_with_the_vllm_engine_learns_and_on_policy_its_ratios_ar
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(demo_like(save_tiny_llama(tmp_path / "tiny-llama", init_std=None))))
     runs = tmp_path / "runs"
-    proc = subprocess.Popen([sys.executable, "-m", "undertow.infra.cli", "run", str(path), "--runs-dir", str(runs), "--no-live"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
-    wait_run(proc, runs, timeout=900)
-    (run_dir,) = list(runs.iterdir())
+    wait_run(undertow_run(str(path), "--runs-dir", str(runs)), runs, timeout=900)
+    run_dir = only_run_dir(runs)
     assert json.loads((run_dir / "run.json").read_text())["status"] == "done"
     rollout_log = next(run_dir.glob("logs/*-rl/rollout.log")).read_text()
     assert "vllm" in rollout_log.lower()  # the engine really was vLLM's

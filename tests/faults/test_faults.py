@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from undertow.rollout.feeder import item_key
 from undertow.schemas import WeightUpdate
 from undertow.streams import KafkaSettings, Topics
 from tests.helpers import read_all
-from tests.run_output import stop_run, wait_run
+from tests.run_output import stop_run, undertow_run, wait_run
 
 pytestmark = [pytest.mark.broker, pytest.mark.cluster, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,7 +74,7 @@ def test_the_loop_survives_a_sigkill_of_each_part_in_turn(cluster, demo_warm_sta
             else:
                 pid = int((run_dir / "logs" / "0-main" / f"{part}.pid").read_text())
                 os.killpg(pid, signal.SIGKILL)
-        finish(proc, runs)
+        wait_run(proc, runs, timeout=540)
     finally:
         stop_run(proc, grace=120)  # a failed test must not leave its run behind
     state = json.loads((run_dir / "run.json").read_text())
@@ -138,17 +137,7 @@ def demo(namespace: str, steps: int | None) -> dict:
 def start_run(cfg: dict, tmp: Path, cluster: LocalKafka) -> subprocess.Popen:
     path = tmp / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "UNDERTOW_BOOTSTRAP": cluster.bootstrap_servers}
-    return subprocess.Popen([sys.executable, "-m", "undertow.infra.cli", "run", str(path), "--runs-dir", str(tmp / "runs"),
-                             "--no-live"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env)
-
-
-def finish(proc: subprocess.Popen, runs: Path) -> Path:
-    """The run's directory, once `undertow run` has exited successfully."""
-    wait_run(proc, runs, timeout=540)
-    (run_dir,) = runs.iterdir()
-    return run_dir
+    return undertow_run(str(path), "--runs-dir", str(tmp / "runs"), env={"UNDERTOW_BOOTSTRAP": cluster.bootstrap_servers})
 
 
 def wait_for_step(proc: subprocess.Popen, runs: Path, step: int, timeout: float = 600) -> Path:
