@@ -14,7 +14,7 @@ from pathlib import Path
 from undertow.schemas import EvalResult, MetricEvent
 from undertow.streams import RecordProducer, RunContext, Topics
 
-from undertow.kernel.models import ModelSpec
+from undertow.kernel.models import ModelSpec, fingerprint
 from undertow.rollout.config import EvalConfig, RolloutConfig
 from undertow.rollout.engines import build_engine
 from undertow.rollout.evaluation import Evaluator, metric_values
@@ -32,13 +32,15 @@ def follow(cfg: EvalConfig, rollout: RolloutConfig, run: RunContext, stop: threa
     evaluator = Evaluator(build_engine(rollout.engine, run.model), rollout, cfg, run.model.name)
     producer = RecordProducer(run.kafka)
     # A side consumer: it takes a broadcast version from its files, never slowing the trainer's group.
-    subscriber = WeightSubscriber(run.kafka, topics, run.model.name, producer, join_broadcast=False)
+    subscriber = WeightSubscriber(run.kafka, topics, run.model.name, producer, join_broadcast=False,
+                                  tokenizer=fingerprint(evaluator.engine.tokenizer))
     subscriber.start()
     subscriber.caught_up.wait(CATCH_UP_S)  # the newest version already published is where we start
     done: list[int] = []
     held = 0  # the weights the engine was built with: version 0 of the run
     try:
         while True:
+            subscriber.check()  # scores of a model that reads its prompts otherwise would mislead
             stopping = stop.is_set()
             ready = subscriber.take()
             if ready is not None and subscriber.load(ready, evaluator.engine) is not None:

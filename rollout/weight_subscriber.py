@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 
+from undertow.kernel.models import TokenizerMismatch
 from undertow.schemas import WeightIntegrityError, WeightUpdate
 from undertow.streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
 
@@ -33,10 +34,13 @@ def newest_announcements(updates: list[WeightUpdate]) -> list[WeightUpdate]:
 class WeightSubscriber(threading.Thread):
     """Reads the weights topic from its beginning (compacted: the newest announcement per model), so a
     new worker gets the latest. `join_broadcast: False` (side consumers such as the evaluator) waits
-    for the files of a broadcast version instead of joining the trainer's group."""
+    for the files of a broadcast version instead of joining the trainer's group. `tokenizer`: the
+    fingerprint of the engine's tokenizer; a version announced with another is refused, and
+    `check()` raises from then on."""
 
     def __init__(self, settings: KafkaSettings, topics: Topics, model: str, producer: RecordProducer, *,
-                 join_broadcast: bool = True, staging_dir: str | None = None, broadcast_timeout_s: float = 60.0):
+                 join_broadcast: bool = True, staging_dir: str | None = None, broadcast_timeout_s: float = 60.0,
+                 tokenizer: str | None = None):
         super().__init__(name="weight-subscriber", daemon=True)
         self.topics, self.producer = topics, producer
         self.assembler = WeightAssembler(model)
@@ -52,6 +56,8 @@ class WeightSubscriber(threading.Thread):
         self._halt = threading.Event()
         self.latest_announced = 0  # version of the last chunk of our model (lower after a trainer resumed)
         self.refused: list[int] = []
+        self.tokenizer = tokenizer
+        self.mismatch: TokenizerMismatch | None = None
 
     def run(self) -> None:
         try:
@@ -62,6 +68,12 @@ class WeightSubscriber(threading.Thread):
                     self.caught_up.set()
         finally:
             self.consumer.close()
+
+    def check(self) -> None:
+        """Raise TokenizerMismatch once the trainer announced weights for a tokenizer not the engine's:
+        experiences generated with it would train on ids the trainer reads otherwise."""
+        if self.mismatch is not None:
+            raise self.mismatch
 
     def take(self) -> Assembled | Staged | None:
         """The newest verified version not taken yet, or None."""
@@ -96,6 +108,13 @@ class WeightSubscriber(threading.Thread):
 
     def _handle(self, update: WeightUpdate) -> None:
         if update.model != self.assembler.model:
+            return
+        if update.tokenizer and self.tokenizer and update.tokenizer != self.tokenizer:
+            self.mismatch = TokenizerMismatch(
+                f"the trainer's tokenizer of {update.model} (fingerprint {update.tokenizer}, weights v{update.version}) "
+                f"is not this engine's ({self.tokenizer}): check that both environments load the same model "
+                f"directory (kernel/models/tokenizer.py)")
+            self._refuse(update, WeightIntegrityError(str(self.mismatch), "tokenizer_mismatch"))
             return
         if update.version < self.latest_announced:
             log.warning("weights %s v%d after v%d: the trainer resumed from a checkpoint; following it back",

@@ -13,6 +13,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from undertow.kernel.models import fingerprint
 from undertow.schemas import MAX_RECORD_BYTES, Experience, MetricEvent, Task, encode
 from undertow.streams import Delivery, RecordConsumer, RecordProducer, RunContext
 
@@ -58,7 +59,8 @@ class RolloutWorker:
             settings, [self.topics.tasks], group_id=cfg.consumer_group or rollout_group(run.namespace),
             expect=Task, rejected_topic=self.topics.rejected, producer=self.producer, stage="rollout",
             max_poll_records=cfg.batch_tasks)
-        self.subscriber = WeightSubscriber(settings, self.topics, self.model_name, self.producer)
+        self.subscriber = WeightSubscriber(settings, self.topics, self.model_name, self.producer,
+                                           tokenizer=fingerprint(self.engine.tokenizer))
         self.stats = WorkerStats()
 
     def run(self, *, max_tasks: int | None = None, idle_timeout: float | None = None,
@@ -71,6 +73,7 @@ class RolloutWorker:
             log.warning("%s: weights topic not read to its end after 120 s; starting anyway", self.name)
         last_work = time.monotonic()
         try:
+            self.subscriber.check()  # a trainer that tokenizes otherwise: refuse before generating anything
             while not stop.is_set() and (max_tasks is None or self.stats.tasks < max_tasks):
                 if not self._admitted(stop):
                     break
@@ -96,6 +99,7 @@ class RolloutWorker:
 
     def _swap_weights(self) -> None:
         """Between generations: load the newest verified version, if one arrived."""
+        self.subscriber.check()
         self.admission.trainer_announced(self.subscriber.latest_announced)
         ready = self.subscriber.take()
         if ready is None or ready.version == self.admission.held:

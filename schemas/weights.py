@@ -83,6 +83,9 @@ class WeightUpdate(Record):
     manifest: tuple[Bucket, ...] | None = None
     uri: Annotated[str, Field(min_length=1)] | None = None
     rendezvous: Annotated[str, Field(pattern=r"^[^:\s]+:\d+$")] | None = None
+    # The trainer's tokenizer fingerprint (kernel/models/tokenizer.py): a worker that tokenizes
+    # otherwise must not generate for it. None from trainers that predate it.
+    tokenizer: Annotated[str, Field(pattern=r"^[0-9a-f]{16}$")] | None = None
     created_at: UnixTime
 
     @field_validator("num_chunks")
@@ -120,7 +123,8 @@ class WeightUpdate(Record):
         return self
 
 
-def chunk_weights(model: str, version: int, blob: bytes, chunk_bytes: int, payload: Payload = "full") -> list[WeightUpdate]:
+def chunk_weights(model: str, version: int, blob: bytes, chunk_bytes: int, payload: Payload = "full",
+                  tokenizer: str | None = None) -> list[WeightUpdate]:
     """Split `blob` into inline chunks of at most `chunk_bytes` (an empty blob: one empty chunk)."""
     if chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
@@ -128,18 +132,18 @@ def chunk_weights(model: str, version: int, blob: bytes, chunk_bytes: int, paylo
     starts = range(0, len(blob), chunk_bytes) or range(1)
     return [
         WeightUpdate(model=model, version=version, chunk_index=i, num_chunks=len(starts), total_bytes=len(blob),
-                     sha256=digest, data=blob[start: start + chunk_bytes], payload=payload)
+                     sha256=digest, data=blob[start: start + chunk_bytes], payload=payload, tokenizer=tokenizer)
         for i, start in enumerate(starts)
     ]
 
 
 def announce_buckets(model: str, version: int, manifest: list[Bucket], *, transport: Transport,
                      uri: str | None = None, rendezvous: str | None = None,
-                     payload: Payload = "full") -> WeightUpdate:
+                     payload: Payload = "full", tokenizer: str | None = None) -> WeightUpdate:
     """The announcement of a version whose buckets lie at `uri` or come from `rendezvous`."""
     return WeightUpdate(model=model, version=version, transport=transport, payload=payload,
                         total_bytes=sum(b.bytes for b in manifest), sha256=manifest_digest(manifest),
-                        manifest=tuple(manifest), uri=uri, rendezvous=rendezvous)
+                        manifest=tuple(manifest), uri=uri, rendezvous=rendezvous, tokenizer=tokenizer)
 
 
 def verify_weights(blob: bytes, update: WeightUpdate) -> None:

@@ -61,9 +61,10 @@ publishers: Registry[type] = Registry("weights transport")
 
 
 def build_publisher(model: str, cfg: WeightsConfig, producer: RecordProducer, topics: Topics, payload: str,
-                    settings: KafkaSettings) -> Publisher:
-    """The configured transport's publisher for `model`'s versions on `topics.weights`."""
-    return publishers.get(cfg.transport)(model, cfg, producer, topics, payload, settings)
+                    settings: KafkaSettings, tokenizer: str | None = None) -> Publisher:
+    """The configured transport's publisher for `model`'s versions on `topics.weights`, each version
+    announced with the trainer's `tokenizer` fingerprint."""
+    return publishers.get(cfg.transport)(model, cfg, producer, topics, payload, settings, tokenizer)
 
 
 def publish_weights(producer: RecordProducer, topic: str, updates: list[WeightUpdate]) -> Published:
@@ -81,8 +82,9 @@ class KafkaPublisher:
     """Inline chunks of one safetensors blob."""
 
     def __init__(self, model: str, cfg: WeightsConfig, producer: RecordProducer, topics: Topics, payload: str,
-                 settings: KafkaSettings):
+                 settings: KafkaSettings, tokenizer: str | None = None):
         self.model, self.cfg, self.producer, self.topics, self.payload = model, cfg, producer, topics, payload
+        self.tokenizer = tokenizer
 
     def pack(self, tensors: dict[str, Any], metadata: dict[str, str] | None) -> bytes:
         from safetensors.torch import save
@@ -90,7 +92,7 @@ class KafkaPublisher:
         return save(tensors, metadata=metadata)
 
     def publish(self, version: int, packed: bytes) -> Published:
-        chunks = chunk_weights(self.model, version, packed, self.cfg.chunk_bytes, self.payload)
+        chunks = chunk_weights(self.model, version, packed, self.cfg.chunk_bytes, self.payload, self.tokenizer)
         return publish_weights(self.producer, self.topics.weights, chunks)
 
     def close(self) -> None:
@@ -113,10 +115,11 @@ class FilesPublisher:
     """Version directories `<uri>/<model>/v00000012/` of safetensors buckets and a manifest.json."""
 
     def __init__(self, model: str, cfg: WeightsConfig, producer: RecordProducer, topics: Topics, payload: str,
-                 settings: KafkaSettings):
+                 settings: KafkaSettings, tokenizer: str | None = None):
         import fsspec
 
         self.model, self.cfg, self.producer, self.topics, self.payload = model, cfg, producer, topics, payload
+        self.tokenizer = tokenizer
         assert cfg.uri is not None  # WeightsConfig requires it for this transport
         uri = cfg.uri if "://" in cfg.uri else os.path.abspath(os.path.expanduser(cfg.uri))
         self.fs, root = fsspec.core.url_to_fs(uri)
@@ -131,7 +134,7 @@ class FilesPublisher:
     def publish(self, version: int, packed: list[bytes]) -> Published:
         manifest = self.write(version, packed)
         update = announce_buckets(self.model, version, manifest, transport="files", uri=self.version_uri(version),
-                                  payload=self.payload)
+                                  payload=self.payload, tokenizer=self.tokenizer)
         return publish_weights(self.producer, self.topics.weights, [update])
 
     def close(self) -> None:
@@ -179,10 +182,10 @@ class BroadcastPublisher:
     """The buckets over a gloo group per version, from a thread; then files for the others."""
 
     def __init__(self, model: str, cfg: WeightsConfig, producer: RecordProducer, topics: Topics, payload: str,
-                 settings: KafkaSettings):
+                 settings: KafkaSettings, tokenizer: str | None = None):
         self.model, self.cfg, self.topics, self.payload = model, cfg, topics, payload
         self.producer = RecordProducer(settings)  # its own: the thread sends while the trainer does
-        self.files = FilesPublisher(model, cfg, self.producer, topics, payload, settings)
+        self.files = FilesPublisher(model, cfg, self.producer, topics, payload, settings, tokenizer)
         bc = cfg.broadcast
         self.store = broadcast.host_store(bc.host, bc.port, bc.timeout_s)
         self.rendezvous = f"{bc.host}:{self.store.port}"
@@ -229,7 +232,8 @@ class BroadcastPublisher:
         bc = self.cfg.broadcast
         manifest = manifest_of(buckets)
         announcement = announce_buckets(self.model, version, manifest, transport="broadcast",
-                                        rendezvous=self.rendezvous, payload=self.payload)
+                                        rendezvous=self.rendezvous, payload=self.payload,
+                                        tokenizer=self.files.tokenizer)
         publish_weights(self.producer, self.topics.weights, [announcement])
         # Everyone who tried to join the last version, in time or late, is expected now; one that
         # died is not counted after the round it missed.
@@ -255,5 +259,6 @@ class BroadcastPublisher:
             "broadcast_sent": float(sent), "broadcast_s": seconds}), key=METRICS_COMPONENT)
         self.files.write(version, buckets, manifest)
         files = announce_buckets(self.model, version, manifest, transport="files",
-                                 uri=self.files.version_uri(version), payload=self.payload)
+                                 uri=self.files.version_uri(version), payload=self.payload,
+                                 tokenizer=self.files.tokenizer)
         publish_weights(self.producer, self.topics.weights, [files])

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from undertow.kernel.models import ModelSpec, build_tokenizer
+from undertow.kernel.models import ModelSpec, build_tokenizer, fingerprint
 from undertow.schemas import MetricEvent
 from undertow.streams import KafkaSettings, RecordProducer, RunContext, Topics
 
@@ -60,11 +60,11 @@ class Leader:
     """Rank 0's duties: the feed, the producer, metrics, weight publishing and offset commits."""
 
     def __init__(self, spec: ModelSpec, cfg: TrainerConfig, kafka: KafkaSettings, topics: Topics,
-                 state: TrainerState, objective: Any, root: Path):
+                 state: TrainerState, objective: Any, root: Path, tokenizer: str | None = None):
         self.spec, self.cfg, self.topics, self.state = spec, cfg, topics, state
         self.producer = RecordProducer(kafka)
         self.publisher = build_publisher(spec.name, cfg.weights, self.producer, topics,
-                                         "adapter" if cfg.lora else "full", kafka)
+                                         "adapter" if cfg.lora else "full", kafka, tokenizer)
         self.feed = Feed(kafka, topics, cfg.batching, group_id=cfg.consumer_group,
                          record_type=objective.record_type, checks_staleness=objective.checks_staleness,
                          producer=self.producer, start=state.offset_map(), trained_ids=state.trained_ids,
@@ -161,10 +161,12 @@ def run(cfg: TrainerConfig, context: RunContext, budget: Budget, stop: StopFlag 
     root = Path(cfg.checkpoint_dir).expanduser() / namespace
     root.mkdir(parents=True, exist_ok=True)
     state = load_checkpoint(engine, root) or TrainerState()
-    leader = Leader(spec, cfg, kafka, Topics(namespace), state, objective, root) if process.is_leader else None
+    tokenizer = build_tokenizer(spec)
+    leader = (Leader(spec, cfg, kafka, Topics(namespace), state, objective, root, fingerprint(tokenizer))
+              if process.is_leader else None)
     try:
         _loop(engine, objective, ref_model, cfg, process, state, leader, root, stop, budget,
-              pad_id=build_tokenizer(spec).pad_token_id)
+              pad_id=tokenizer.pad_token_id)
     finally:
         if leader:
             leader.close()

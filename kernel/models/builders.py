@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from undertow.kernel.models.sources import model_sources
 from undertow.kernel.models.spec import ModelSpec
+from undertow.kernel.models.tokenizer import check_round_trip, portable_dir
 from undertow.kernel.models.weights import load_weights
 
 if TYPE_CHECKING:
@@ -23,8 +24,11 @@ def _source(spec: ModelSpec) -> Any:
 
 
 def build_tokenizer(spec: ModelSpec) -> "PreTrainedTokenizerFast":
-    """The tokenizer of `spec`, with a pad token and without token_type_ids."""
-    return _source(spec).tokenizer(spec)
+    """The tokenizer of `spec`, with a pad token and without token_type_ids; refused (TokenizerMismatch)
+    when it does not give back the text it encodes."""
+    tok = _source(spec).tokenizer(spec)
+    check_round_trip(tok, spec.name)
+    return tok
 
 
 def build_model(spec: ModelSpec) -> "PreTrainedModel":
@@ -42,3 +46,8 @@ def build_model(spec: ModelSpec) -> "PreTrainedModel":
 def local_dir(spec: ModelSpec) -> str:
     """The HF directory `spec` loads from, for engines that load a model themselves (vLLM)."""
     return _source(spec).local_dir(spec)
+
+
+def tokenizer_dir(spec: ModelSpec) -> str:
+    """The directory whose tokenizer `build_tokenizer` loads, for engines that load one themselves."""
+    return portable_dir(local_dir(spec))

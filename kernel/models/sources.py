@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from undertow.kernel.models.gguf import dequantized_dir, find_smollm2_gguf
+from undertow.kernel.models.tokenizer import load_tokenizer
 from undertow.kernel.models.tiny import char_tokenizer, tiny_gpt2
 from undertow.kernel.registry import Registry
 
@@ -56,12 +57,7 @@ class HFDirectorySource:
 
     @classmethod
     def tokenizer(cls, spec: "ModelSpec") -> Any:
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(cls.local_dir(spec), model_input_names=["input_ids", "attention_mask"])
-        if tok.pad_token is None:
-            tok.pad_token = tok.eos_token
-        return tok
+        return load_tokenizer(cls.local_dir(spec))
 
     @classmethod
     def model(cls, spec: "ModelSpec") -> Any:

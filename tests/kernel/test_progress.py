@@ -103,14 +103,14 @@ class FakeHF:
         (Path(path) / "config.json").write_text("{}")
 
 
-def test_dequantizing_a_gguf_counts_its_four_steps(monkeypatch, capsys, tmp_path: Path):
+def test_dequantizing_a_gguf_counts_its_three_steps(monkeypatch, capsys, tmp_path: Path):
     import transformers
 
     monkeypatch.setattr(transformers, "AutoModelForCausalLM", FakeHF)
-    monkeypatch.setattr(transformers, "AutoTokenizer", FakeHF)
+    monkeypatch.setattr(gguf, "write_gguf_tokenizer", lambda file, folder: (folder / "tokenizer.json").write_text("{}"))
     monkeypatch.setenv("UNDERTOW_CACHE", str(tmp_path))
     monkeypatch.setenv("TTY_COMPATIBLE", "1")
     out = gguf.dequantized_dir(tmp_path / "model.Q4_1.gguf")
-    assert (Path(out) / "config.json").exists()
+    assert (Path(out) / "config.json").exists() and (Path(out) / "tokenizer.json").exists()
     err = plain(capsys.readouterr().err)
-    assert "dequantize model.Q4_1.gguf" in err and "4/4 steps" in err
+    assert "dequantize model.Q4_1.gguf" in err and "3/3 steps" in err

@@ -34,13 +34,17 @@ def trainer_logprobs(model: dict, temperature: float, rows: list[tuple[list[int]
 def in_trainer_environment(model: dict, temperature: float,
                            rows: list[tuple[list[int], list[int]]]) -> list[list[float]]:
     """`trainer_logprobs` in the main venv (a subprocess), not in the vLLM one this test runs in."""
+    return in_main_environment("tests.vllm.trainer_logprobs", {"model": model, "temperature": temperature, "rows": rows})
+
+
+def in_main_environment(module: str, job: object) -> object:
+    """Run `python -m module` in the main venv with `job` as JSON on stdin; its last line, parsed."""
     cache = Path(os.environ.get("UNDERTOW_CACHE", Path.home() / ".cache" / "undertow"))
     python = cache / "venv" / "bin" / "python"
     assert python.exists(), f"the main environment {python} is missing: bash infra/bootstrap.sh"
     root = Path(__file__).resolve().parents[2]
-    out = subprocess.run([str(python), "-m", "tests.vllm.trainer_logprobs"], cwd=root, check=True, text=True,
-                         capture_output=True,
-                         input=json.dumps({"model": model, "temperature": temperature, "rows": rows}))
+    out = subprocess.run([str(python), "-m", module], cwd=root, check=True, text=True, capture_output=True,
+                         input=json.dumps(job))
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
