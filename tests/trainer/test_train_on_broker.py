@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from undertow.kernel.models import build_model, load_weights
+from undertow.kernel.models import build_model, build_tokenizer, fingerprint, load_weights
 from undertow.schemas import MetricEvent, Rejected, WeightUpdate, assemble_weights
 from undertow.streams import Topics
 
@@ -47,6 +47,9 @@ def test_trainer_learns_publishes_and_rejects_stale(kafka, namespace, tmp_path: 
     # The published version 3 loads into a fresh model, equals the HF export, and learned the task.
     version, blob = latest_weights(kafka, topics.weights)
     assert version == 3
+    # Every announcement says which tokenizer the trainer reads the ids with (rollout workers check it).
+    assert {u.tokenizer for u in read_all(kafka, topics.weights, expect=WeightUpdate)} == {
+        fingerprint(build_tokenizer(SPEC))}
     engine_side = build_model(SPEC)
     load_weights(engine_side, blob)
     export = (tmp_path / "ckpt" / namespace / "step-00000003" / "hf")
