@@ -16,8 +16,10 @@ def experience_id(group_id: str, sample_index: int) -> str:
 
 
 def to_experiences(task: Task, trajectories: list[Trajectory], *, policy_version: int, worker: str,
-                   generated_at: float | None = None) -> list[Experience]:
-    """One Experience per trajectory; group id = task id, reward = sum of the components."""
+                   generated_at: float | None = None, tokenizer: str | None = None) -> list[Experience]:
+    """One Experience per trajectory; group id = task id, reward = sum of the components; stamped with
+    the engine's `tokenizer` fingerprint, which the trainer checks against its own."""
+    stamp = {"tokenizer": tokenizer} if tokenizer else {}
     if len(trajectories) != task.group_size:
         raise ValueError(f"task {task.task_id}: workflow returned {len(trajectories)} samples, "
                          f"group_size is {task.group_size}")
@@ -30,7 +32,7 @@ def to_experiences(task: Task, trajectories: list[Trajectory], *, policy_version
             loss_mask=t.loss_mask, reward=total(t.reward_components), reward_components=t.reward_components,
             policy_version=policy_version, finish_reason=t.finish_reason,
             timestamps={"created": task.created_at, "generated": now},
-            metadata={"taskset": task.taskset, "worker": worker, **t.metadata},
+            metadata={"taskset": task.taskset, "worker": worker, **stamp, **t.metadata},
         )
         for i, t in enumerate(trajectories)
     ]

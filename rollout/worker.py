@@ -59,8 +59,9 @@ class RolloutWorker:
             settings, [self.topics.tasks], group_id=cfg.consumer_group or rollout_group(run.namespace),
             expect=Task, rejected_topic=self.topics.rejected, producer=self.producer, stage="rollout",
             max_poll_records=cfg.batch_tasks)
+        self.tokenizer = fingerprint(self.engine.tokenizer)
         self.subscriber = WeightSubscriber(settings, self.topics, self.model_name, self.producer,
-                                           tokenizer=fingerprint(self.engine.tokenizer))
+                                           tokenizer=self.tokenizer)
         self.stats = WorkerStats()
 
     def run(self, *, max_tasks: int | None = None, idle_timeout: float | None = None,
@@ -172,7 +173,8 @@ class RolloutWorker:
         try:
             if isinstance(outcome, Exception):
                 raise outcome
-            return to_experiences(task, outcome, policy_version=self.admission.held, worker=self.name)
+            return to_experiences(task, outcome, policy_version=self.admission.held, worker=self.name,
+                                  tokenizer=self.tokenizer)
         except Exception as e:  # a bad task or a failing plugin
             log.error("%s: task %s failed", self.name, task.task_id, exc_info=e)
             self.stats.failed_tasks += 1

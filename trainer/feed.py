@@ -13,7 +13,7 @@ from undertow.schemas import Experience, Record, encode
 from undertow.streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
 
 from .config import BatchingConfig
-from .intake import GroupAssembler, Item, OffsetTracker, TrainedIds, check_experience
+from .intake import GroupAssembler, Item, OffsetTracker, TrainedIds, check_experience, check_tokenizer
 from .sampling import Window
 
 STAGE = "trainer"
@@ -31,9 +31,10 @@ class FeedCounts:
 class Feed:
     def __init__(self, settings: KafkaSettings, topics: Topics, cfg: BatchingConfig, *, group_id: str,
                  record_type: type[Record], checks_staleness: bool, producer: RecordProducer,
-                 start: dict[tuple[str, int], int], trained_ids: list[str], seed: int = 0):
+                 start: dict[tuple[str, int], int], trained_ids: list[str], seed: int = 0,
+                 tokenizer: str | None = None):
         self.cfg, self.topics, self.producer = cfg, topics, producer
-        self.checks_staleness = checks_staleness
+        self.checks_staleness, self.tokenizer = checks_staleness, tokenizer
         self.consumer = RecordConsumer(settings, [], group_id=group_id, expect=record_type,
                                        rejected_topic=topics.rejected, producer=producer, stage=STAGE)
         self.trained = TrainedIds(cfg.max_trained_ids, trained_ids)
@@ -65,8 +66,10 @@ class Feed:
             self.counts.duplicates += 1
             self.offsets.seen(item.partition, item.offset, held=False)
             return
-        if isinstance(item.record, Experience) and self.checks_staleness:
-            verdict = check_experience(item.record, version, self.cfg.max_staleness)
+        if isinstance(item.record, Experience):
+            verdict = check_tokenizer(item.record, self.tokenizer)
+            if not verdict.reason and self.checks_staleness:
+                verdict = check_experience(item.record, version, self.cfg.max_staleness)
             if verdict.reason:
                 self.offsets.seen(item.partition, item.offset, held=False)
                 self._reject(item, verdict.reason, verdict.detail)

@@ -92,6 +92,15 @@ def check_experience(exp: Experience, version: int, max_staleness: int | None) -
     return Verdict()
 
 
+def check_tokenizer(exp: Experience, tokenizer: str | None) -> Verdict:
+    """Ids are read with the trainer's tokenizer: an experience stamped with another's is refused
+    (unstamped ones, from before the stamp or from outside undertow, are taken)."""
+    stamped = exp.metadata.get("tokenizer")
+    if tokenizer and stamped and stamped != tokenizer:
+        return Verdict("tokenizer_mismatch", f"generated with tokenizer {stamped}, the trainer's is {tokenizer}")
+    return Verdict()
+
+
 class TrainedIds:
     """The ids of the last `capacity` trained records, oldest forgotten first (bounded memory)."""
 

@@ -68,7 +68,7 @@ class Leader:
         self.feed = Feed(kafka, topics, cfg.batching, group_id=cfg.consumer_group,
                          record_type=objective.record_type, checks_staleness=objective.checks_staleness,
                          producer=self.producer, start=state.offset_map(), trained_ids=state.trained_ids,
-                         seed=cfg.engine.seed)
+                         seed=cfg.engine.seed, tokenizer=tokenizer)
         self.ledger = Ledger(root)
         self.ledger.rewind(state.step)
         self.wait_s = 0.0

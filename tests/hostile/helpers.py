@@ -89,7 +89,8 @@ class TopicReader:
 
 
 def trainer_feed(kafka: KafkaSettings, topics: Topics, producer: RecordProducer, *, checks_staleness: bool,
-                 trained_ids: list[str] = (), group_id: str | None = None, **batching) -> Feed:
+                 trained_ids: list[str] = (), group_id: str | None = None, tokenizer: str | None = None,
+                 **batching) -> Feed:
     """The trainer's own intake (trainer/feed.py) on the ready topic, as rank 0 builds it."""
     from undertow.trainer.config import BatchingConfig
     from undertow.trainer.feed import Feed
@@ -97,7 +98,7 @@ def trainer_feed(kafka: KafkaSettings, topics: Topics, producer: RecordProducer,
     cfg = BatchingConfig(**{"experiences": 4, "group_timeout_s": 1.0, "max_wait_s": 0.5, **batching})
     return Feed(kafka, topics, cfg, group_id=group_id or f"{topics.namespace}.trainer-{uuid.uuid4().hex[:6]}",
                 record_type=Experience, checks_staleness=checks_staleness, producer=producer, start={},
-                trained_ids=list(trained_ids))
+                trained_ids=list(trained_ids), tokenizer=tokenizer)
 
 
 def train_ids(feed: Feed, version: int = 0, idle_s: float = 4.0) -> list[str]:

@@ -19,6 +19,8 @@ from undertow.streams import RecordProducer, RunContext, Topics
 from undertow.trainer.config import WeightsConfig
 from undertow.trainer.publish import build_publisher
 from tests.helpers import load_run, read_all, wait_for
+from tests.hostile.helpers import train_ids, trainer_feed
+from tests.trainer.helpers import make_group
 from tests.rollout.test_evaluation import config as eval_config
 
 pytestmark = [pytest.mark.broker]
@@ -68,6 +70,7 @@ def test_a_worker_generates_for_its_own_tokenizer_and_stops_at_another(kafka, na
     first = wait_for(lambda: [e for e in read_all(kafka, topics.raw, Experience) if e.task_id == "t1"],
                      what="t1 generated on v1")
     assert {e.policy_version for e in first} == {1}  # the same tokenizer: weights taken
+    assert {e.metadata["tokenizer"] for e in first} == {trainers_tokenizer()}  # what the trainer checks
 
     publish(kafka, topics, 2, trainers_tokenizer(eos="<pad>"))
     thread.join(timeout=60)
@@ -82,6 +85,24 @@ def test_a_worker_generates_for_its_own_tokenizer_and_stops_at_another(kafka, na
     with pytest.raises(TokenizerMismatch, match="fingerprint"):
         late.run(idle_timeout=5)
     assert late.stats.tasks == 0 and not [e for e in read_all(kafka, topics.raw, Experience) if e.task_id == "t2"]
+
+
+def test_the_trainer_refuses_experiences_of_another_tokenizer(kafka, namespace):
+    topics = Topics(namespace)
+    ours, theirs = trainers_tokenizer(), trainers_tokenizer(eos="<pad>")
+    with RecordProducer(kafka) as producer:
+        for group, stamp in (("ours", ours), ("theirs", theirs)):
+            for exp in make_group(group, size=2):
+                exp = exp.model_copy(update={"metadata": {"tokenizer": stamp}})
+                producer.send(topics.ready, exp, key=exp.group_id)
+        producer.flush()
+        feed = trainer_feed(kafka, topics, producer, checks_staleness=True, experiences=2, tokenizer=ours)
+        trained = train_ids(feed)
+        feed.close()
+    assert sorted(trained) == ["ours/0", "ours/1"]
+    refused = [r for r in read_all(kafka, topics.rejected, Rejected) if r.stage == "trainer"]
+    assert sorted((r.record_id, r.reason) for r in refused) == [("theirs/0", "tokenizer_mismatch"),
+                                                               ("theirs/1", "tokenizer_mismatch")]
 
 
 def test_the_evaluator_stops_at_another_tokenizer(kafka, namespace):

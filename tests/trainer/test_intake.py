@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.helpers import trainable
-from undertow.trainer.intake import GroupAssembler, Item, OffsetTracker, TrainedIds, check_experience
+from undertow.trainer.intake import GroupAssembler, Item, OffsetTracker, TrainedIds, check_experience, check_tokenizer
 from undertow.trainer.sampling import Window
 
 P0, P1 = ("ready", 0), ("ready", 1)
@@ -15,6 +15,15 @@ def test_stale_and_incomplete_experiences_are_refused_with_reasons():
     assert stale.reason == "stale" and "3 steps behind" in stale.detail
     assert check_experience(trainable("g", 0).model_copy(update={"advantages": []}), 0, 4).reason == "invalid"
     assert check_experience(trainable("g", 0).model_copy(update={"behaviour_logprobs": []}), 0, 4).reason == "invalid"
+
+
+def test_experiences_of_another_tokenizer_are_refused():
+    stamped = lambda fp: trainable("g", 0).model_copy(update={"metadata": {"tokenizer": fp}})
+    assert check_tokenizer(stamped("0123456789abcdef"), "0123456789abcdef").reason is None
+    other = check_tokenizer(stamped("fedcba9876543210"), "0123456789abcdef")
+    assert other.reason == "tokenizer_mismatch" and "fedcba9876543210" in other.detail
+    assert check_tokenizer(trainable("g", 0), "0123456789abcdef").reason is None  # unstamped: from before the stamp
+    assert check_tokenizer(stamped("fedcba9876543210"), None).reason is None  # a trainer that checks nothing
 
 
 def test_trained_ids_are_bounded_oldest_first():

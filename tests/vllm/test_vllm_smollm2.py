@@ -36,7 +36,11 @@ def test_smollm2_answers_with_the_trainers_logprobs_and_takes_a_weight_swap(engi
     groups = engine.generate(prompts, 2, SamplingParams(temperature=0.7, max_new_tokens=24))
     samples = [s for g in groups for s in g]
     assert all(s.tokens and len(s.logprobs) == len(s.tokens) for s in samples)
-    assert any(s.finish_reason == "stop" for s in samples)  # it ends its answers, with the tokenizer's EOS
+    assert "<|im_start|>user\nWhat is 2 + 3?<|im_end|>\n" in engine.tokenizer.decode(prompts[0])  # spaces, newlines
+    # It ends its answers with the GGUF's EOS, <|im_end|> (id 2), as the chat template does.
+    assert any(s.finish_reason == "stop" for s in samples)
+    assert all(s.tokens[-1] == 2 for s in samples if s.finish_reason == "stop")
+    print("SmolLM2 answers:", [s.text for s in samples])
     rows = [(p, s.tokens) for p, g in zip(prompts, groups) for s in g]
     trainer = in_trainer_environment(SMOLLM2, 0.7, rows)
     worst = max(abs(a - b) for s, t in zip(samples, trainer) for a, b in zip(s.logprobs, t))
