@@ -26,7 +26,8 @@ def char_tokenizer() -> "PreTrainedTokenizerFast":
 
     vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS + list(CHARSET))}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    # Any one character, newlines too ("." left "\n\n" whole, an unknown token).
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
     tok.decoder = decoders.Fuse()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>",
                                    unk_token="<unk>", model_input_names=["input_ids", "attention_mask"])

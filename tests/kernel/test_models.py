@@ -19,7 +19,7 @@ def test_same_spec_same_initial_weights_other_seed_other_weights():
 
 def test_char_tokenizer_round_trips_and_has_no_token_type_ids():
     tok = build_tokenizer(ModelSpec())
-    text = "Use 3, 7, 25 to make 46: (25+3)*7-150 = 46?"
+    text = "Use 3, 7, 25 to make 46:\n\n(25+3)*7-150 = 46?"  # newlines one token each, two in a row too
     enc = tok(text)
     assert len(enc["input_ids"]) == len(text) and "token_type_ids" not in enc
     assert tok.decode(enc["input_ids"]) == text
