@@ -63,8 +63,7 @@ class VLLMEngine:
         self.llm = LLM(model=path, tokenizer=tokenizer_dir(spec), dtype=spec.dtype, seed=seed,
                        max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
                        enforce_eager=enforce_eager, max_num_seqs=max_num_seqs, logprobs_mode="processed_logprobs",
-                       max_logprobs=-1,
-                       worker_extension_cls=WORKER_EXTENSION, **lora, **backend)
+                       max_logprobs=-1, worker_extension_cls=WORKER_EXTENSION, **lora, **backend)
         self.max_length = self.llm.llm_engine.model_config.max_model_len
         # Ids go in and out, but vLLM's own checks and any text it is given go through its tokenizer.
         if encodings(self.llm.get_tokenizer()) != encodings(self.tokenizer):

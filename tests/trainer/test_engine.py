@@ -56,15 +56,17 @@ def test_two_ranks_in_micro_batches_train_what_one_pass_trains(tmp_path: Path):
     whole = run_script(tmp_path / "whole", {"zero_stage": 0, "lr": 0.01}, 29555, algorithm={"entropy_coef": 0.01})
     # The gradient (its norm) and the second step's loss agree in fp32. Adam's first step moves each
     # weight by about ±lr whatever the gradient's size, so a weight whose gradient is ~0 moves by
-    # rounding noise: weights agree to 1% of a step.
+    # rounding noise, which Adam's normalisation can make a sizeable part of a step (1.6% on two of 192
+    # weights on one machine, 2026-12-03): weights agree to a tenth of a step. (Adam being scale-free,
+    # the gradient norms and losses above are what would catch a wrongly scaled accumulation.)
     expected = loaded(tmp_path / "whole").state_dict()
     for run in (micro, ranks):
         assert [m["grad_norm"] for m in run[0]["metrics"]] == \
             pytest.approx([m["grad_norm"] for m in whole[0]["metrics"]], rel=1e-5)
         assert run[0]["losses"] == pytest.approx(whole[0]["losses"], abs=1e-6)
     for name, got in loaded(tmp_path / "micro").state_dict().items():
-        torch.testing.assert_close(got, expected[name], atol=1e-4, rtol=0)
-        torch.testing.assert_close(trained[name], expected[name], atol=1e-4, rtol=0)
+        torch.testing.assert_close(got, expected[name], atol=1e-3, rtol=0)
+        torch.testing.assert_close(trained[name], expected[name], atol=1e-3, rtol=0)
     assert one[0]["losses"] != whole[0]["losses"]  # the entropy bonus is in the loss: the runs differ
 
 
