@@ -18,7 +18,7 @@ from undertow.schemas.base import MAX_TOKENS
 from undertow.schemas.events import MAX_ORIGINAL_BYTES
 from undertow.streams import KafkaSettings, RecordProducer, Topics
 from undertow.streams.topics import MAX_MESSAGE_BYTES
-from tests.hostile.helpers import TopicReader, f32, fields_of, fresh_namespace, pack, train_ids, trainer_feed
+from tests.hostile.helpers import TopicReader, f32, fields_of, fresh_namespace, pack, train_ids, trainer_intake
 from tests.helpers import exp, group
 from tests.processors.test_broker import start, stop
 
@@ -292,7 +292,7 @@ def test_rewards_that_overflow_the_advantages(worker):
 
 def test_the_trainer_learns_each_id_at_most_once(worker):
     """The trainer's intake over everything the processors let through: replays included, each id once."""
-    feed = trainer_feed(worker.kafka, worker.topics, worker.producer, checks_staleness=False)
+    feed = trainer_intake(worker.kafka, worker.topics, worker.producer, checks_staleness=False)
     try:
         trained = train_ids(feed)
     finally:

@@ -101,7 +101,7 @@ def test_faust_gets_the_ca_and_reports_an_untrusted_broker(broker, caplog):
     assert "CERTIFICATE_VERIFY_FAILED" in caplog.text
 
 
-def test_a_faust_worker_and_the_trainer_feed_connect_from_the_config(broker, tmp_path):
+def test_a_faust_worker_and_the_trainer_intake_connect_from_the_config(broker, tmp_path):
     settings = tls(broker)
     ns = f"tls-{uuid.uuid4().hex[:8]}"
     create_topics(settings, ns)

@@ -1,5 +1,5 @@
 """A step none of whose updates was finite: its records go to the rejected topic as non_finite, the
-ledger does not list them, and the metric event carries only finite values."""
+ledger does not list them, and the metric event carries only finite values and counts them."""
 
 from __future__ import annotations
 
@@ -41,3 +41,4 @@ def test_a_non_finite_step_refuses_its_records(kafka, namespace, tmp_path: Path)
     assert Ledger(tmp_path).entries() == []
     (event,) = [m for m in read_all(kafka, topics.metrics, expect=MetricEvent) if m.component == "trainer"]
     assert "loss" not in event.values and event.values["skipped_updates"] == 1
+    assert event.values["records"] == 0 and event.values["rejected"] == 8  # the step's refusals, counted

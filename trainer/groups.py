@@ -92,6 +92,20 @@ def check_experience(exp: Experience, version: int, max_staleness: int | None) -
     return Verdict()
 
 
+def batch_metrics(records: list[Record], step: int) -> dict[str, float]:
+    """Staleness of a batch that step `step` trained on (with the weights of version step - 1): mean,
+    max and a count per value; and the mean reward of its experiences."""
+    if not records:
+        return {}
+    staleness = [step - 1 - getattr(r, "policy_version", 0) for r in records]
+    values = {"staleness_mean": sum(staleness) / len(staleness), "staleness_max": float(max(staleness))}
+    values.update({f"staleness_{s}": float(staleness.count(s)) for s in sorted(set(staleness))})
+    rewards = [r for r in (getattr(record, "reward", None) for record in records) if r is not None]
+    if rewards:
+        values["reward_mean"] = sum(rewards) / len(rewards)
+    return values
+
+
 def check_tokenizer(exp: Experience, tokenizer: str | None) -> Verdict:
     """Ids are read with the trainer's tokenizer: an experience stamped with another's is refused
     (unstamped ones, from before the stamp or from outside undertow, are taken)."""
