@@ -21,13 +21,13 @@ from undertow.streams import KafkaSettings, RecordProducer, RunContext, Topics
 
 from .checkpoint import Ledger, PartitionOffset, TrainerState, load_checkpoint, save_checkpoint
 from .config import TrainerConfig
-from .engine import Process, build_engine, build_reference, gathered_weights, setup_process
+from .engine import Process, build_training_engine, build_reference, gathered_weights, setup_process
 from .ready_intake import ReadyIntake
 from .objectives import Objective, objectives
 from .publish import build_publisher
 from .relay import Command, broadcast
 from .groups import record_id
-from .step import StepResult, StepShape, train_step
+from .step import TrainStepResult, StepShape, train_step
 
 COMPONENT = "trainer"
 
@@ -94,7 +94,7 @@ class Leader:
         self.pending = []
         return Command([], publish=self.state.published_version != step, checkpoint=True, stop=True)
 
-    def after_step(self, result: StepResult) -> None:
+    def after_step(self, result: TrainStepResult) -> None:
         """Book the step that just ran (`state.step` already counts it when it changed the weights)."""
         untrained = {record_id(r) for r in result.untrained}
         refused = [i for i in self.pending if i.record_id in untrained]
@@ -140,7 +140,8 @@ def run(cfg: TrainerConfig, context: RunContext, budget: Budget, stop: StopFlag 
     stop.install()
     process = setup_process(cfg.engine.master_port)
     objective = objectives.get(cfg.algorithm.objective)(cfg.algorithm)
-    engine = build_engine(spec, cfg.engine, process, gradient_checkpointing=cfg.gradient_checkpointing, lora=cfg.lora)
+    engine = build_training_engine(spec, cfg.engine, process, gradient_checkpointing=cfg.gradient_checkpointing,
+                                   lora=cfg.lora)
     ref_model = build_reference(spec, process, engine) if objective.needs_reference else None
     root = Path(cfg.checkpoint_dir).expanduser() / namespace
     root.mkdir(parents=True, exist_ok=True)

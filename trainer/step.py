@@ -162,7 +162,7 @@ def accumulate(model: Any, objective: Objective, update: Update, batches: list[A
 
 
 @dataclass
-class StepResult:
+class TrainStepResult:
     """What a step did: its metrics, and the records no applied update trained on (non-finite)."""
 
     metrics: dict[str, float]
@@ -170,7 +170,7 @@ class StepResult:
 
 
 def train_step(engine: Any, objective: Objective, records: list[Record], ref_model: Any, process: Process, *,
-               pad_id: int, shape: StepShape = StepShape()) -> StepResult:
+               pad_id: int, shape: StepShape = StepShape()) -> TrainStepResult:
     """Every update of one step on this rank; metrics are over all ranks (every rank gets them)."""
     started = time.perf_counter()
     updates = plan(records, objective, shape, process.rank, process.world_size)
@@ -204,7 +204,7 @@ def train_step(engine: Any, objective: Objective, records: list[Record], ref_mod
                "step_s": seconds, "tokens": float(tokens), "tokens_per_s": tokens / seconds if seconds > 0 else 0.0}
     if grad_norms:
         metrics["grad_norm"] = sum(grad_norms) / len(grad_norms)
-    return StepResult(metrics, [r for r in records if record_id(r) not in trained])
+    return TrainStepResult(metrics, [r for r in records if record_id(r) not in trained])
 
 
 def _with_proximal(batch: Any, logp: torch.Tensor | None) -> Any:
