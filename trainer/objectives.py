@@ -35,6 +35,7 @@ class Objective(Protocol):
 
     record_type: ClassVar[type[Record]]
     checks_staleness: ClassVar[bool]
+    importance_sampled: ClassVar[bool]  # weighs by ratios to the behaviour log-probs the rollout recorded
 
     @property
     def needs_reference(self) -> bool: ...
@@ -116,6 +117,7 @@ class RLObjective(_ExperienceObjective):
     """Policy loss + optional KL (as loss term or advantage penalty) − entropy bonus."""
 
     checks_staleness: ClassVar[bool] = True
+    importance_sampled: ClassVar[bool] = True
 
     def __init__(self, algo: "AlgorithmConfig"):
         self.policy_loss = policy_losses.resolve(algo.policy_loss)
@@ -163,6 +165,7 @@ class SFTObjective(_ExperienceObjective):
     """Negative log-likelihood of the (masked) response tokens; offline, so no staleness check."""
 
     checks_staleness: ClassVar[bool] = False
+    importance_sampled: ClassVar[bool] = False
     needs_reference: ClassVar[bool] = False
 
     def __init__(self, algo: "AlgorithmConfig"):
@@ -181,6 +184,7 @@ class DPOObjective:
 
     record_type: ClassVar[type[Record]] = PreferencePair
     checks_staleness: ClassVar[bool] = False
+    importance_sampled: ClassVar[bool] = False
     needs_reference: ClassVar[bool] = True
 
     def __init__(self, algo: "AlgorithmConfig"):
