@@ -4,14 +4,14 @@
 
 A LocalKafka of its own (unless $UNDERTOW_BOOTSTRAP names a cluster), a fresh namespace, one
 `undertow process` worker running the demo's RL pipeline (examples/demo.yaml: clean, reshape grpo,
-prioritize) and, in this process, the trainer's intake: trainer.feed.Feed built as trainer/runner.py
+prioritize) and, in this process, the trainer's intake: trainer.ready_intake.ReadyIntake built as trainer/runner.py
 builds it, from the demo's trainer section. Demo-sized groups of 8 go to experiences.raw at `--rate`
 experiences/s the way a rollout worker sends them: a group's samples back to back, then a flush.
-An experience is trainer-ready when the Feed has put its completed group into its window (a batch
+An experience is trainer-ready when the ReadyIntake has put its completed group into its window (a batch
 could be formed from it); latency = that moment - the moment the experience was sent (time.time(),
-one clock: publisher and Feed share this process).
+one clock: publisher and ReadyIntake share this process).
 
-Group assembly (the processors' reshape, then the Feed) waits for the last sample of a group, so a
+Group assembly (the processors' reshape, then the ReadyIntake) waits for the last sample of a group, so a
 sample's latency includes publishing the rest of its group. Each group's last sample is reported
 too: its latency is the pipeline's alone. The worker's "processed" stamp splits the latency into
 worker and trainer intake; the worker's scheduler counters say how long it ran and how long it
@@ -50,7 +50,7 @@ from undertow.infra.broker import LocalKafka, free_port_block  # noqa: E402
 from undertow.schemas import Experience, encode  # noqa: E402
 from undertow.streams import KafkaSettings, RecordProducer, Topics, create_topics  # noqa: E402
 from undertow.trainer.config import TrainerConfig  # noqa: E402
-from undertow.trainer.feed import Feed  # noqa: E402
+from undertow.trainer.ready_intake import ReadyIntake  # noqa: E402
 from undertow.trainer.objectives import objectives  # noqa: E402
 
 GROUP = 8
@@ -107,14 +107,14 @@ def run_phase(send: Send, flush: Callable[[], None], poll: Poll, groups: list[li
     return sent, {k: v for k, v in ready.items() if k in sent}
 
 
-def feed_poll(feed: Feed, cfg: TrainerConfig, processed: dict[str, float]) -> Poll:
-    """One Feed.fill; whatever completed groups reach the window are trainer-ready now, then taken out.
+def intake_poll(intake: ReadyIntake, cfg: TrainerConfig, processed: dict[str, float]) -> Poll:
+    """One ReadyIntake.fill; whatever completed groups reach the window are trainer-ready now, then taken out.
     `processed` gets the worker's "processed" stamp of each, to split the latency in two."""
     def poll(ready: dict[str, float]) -> None:
-        feed.fill(0, cfg.poll_timeout_ms)
+        intake.fill(0, cfg.poll_timeout_ms)
         now = time.time()  # at most one poll's admission work after the put
-        while len(feed.window):
-            for group in feed.window.take(cfg.batching.experiences, cfg.batching.token_budget):
+        while len(intake.window):
+            for group in intake.window.take(cfg.batching.experiences, cfg.batching.token_budget):
                 for item in group.items:
                     ready[item.record_id] = now
                     processed[item.record_id] = item.record.timestamps["processed"]
@@ -205,12 +205,12 @@ def measure_undertow(kafka: KafkaSettings, demo: dict, args: argparse.Namespace,
     objective = objectives.get(cfg.algorithm.objective)(cfg.algorithm)
     worker = start_worker(kafka, ns, demo, tmp)
     producer, publisher = RecordProducer(kafka), RecordProducer(kafka)
-    feed = Feed(kafka, topics, cfg.batching, group_id=cfg.consumer_group, record_type=objective.record_type,
-                checks_staleness=objective.checks_staleness, producer=producer, start={}, trained_ids=[],
-                seed=cfg.engine.seed)
+    intake = ReadyIntake(kafka, topics, cfg.batching, group_id=cfg.consumer_group, record_type=objective.record_type,
+                         checks_staleness=objective.checks_staleness, producer=producer, start={}, trained_ids=[],
+                         seed=cfg.engine.seed)
     processed: dict[str, float] = {}
     try:
-        poll = feed_poll(feed, cfg, processed)
+        poll = intake_poll(intake, cfg, processed)
         wait_first_group(publisher, topics.raw, poll, worker, tmp / "worker.log")
         send = lambda key, value: publisher.send_bytes(topics.raw, value, key=key)  # noqa: E731
         (cpu, waited), wall = sched_s(worker.pid), time.monotonic()
@@ -220,7 +220,7 @@ def measure_undertow(kafka: KafkaSettings, demo: dict, args: argparse.Namespace,
         return {**figures(sent, ready), "worker_p50": worker_part["p50"], "worker_p99": worker_part["p99"],
                 "worker_cpu": (cpu_end - cpu) / wall, "worker_waiting": (waited_end - waited) / wall}
     finally:
-        feed.close()
+        intake.close()
         publisher.close()
         producer.close()
         stop(worker)

@@ -56,10 +56,10 @@ def child(args: argparse.Namespace) -> dict:
     shape = StepShape(micro_batch_tokens=budget, pad_to_multiple=8)
     times = []
     if args.mode == "trainer":
-        from undertow.trainer.engine import build_engine, setup_process
+        from undertow.trainer.engine import build_training_engine, setup_process
 
         process = setup_process()
-        engine = build_engine(spec, EngineConfig(lr=1e-6), process, gradient_checkpointing=args.checkpointing)
+        engine = build_training_engine(spec, EngineConfig(lr=1e-6), process, gradient_checkpointing=args.checkpointing)
         for _ in range(args.steps):
             started = time.perf_counter()
             train_step(engine, rl, records, None, process, pad_id=0, shape=shape)

@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script 
 from undertow.kernel.models import ModelSpec  # noqa: E402
 from undertow.schemas import Experience  # noqa: E402
 from undertow.trainer.config import AlgorithmConfig, EngineConfig  # noqa: E402
-from undertow.trainer.engine import build_engine, setup_process  # noqa: E402
+from undertow.trainer.engine import build_training_engine, setup_process  # noqa: E402
 from undertow.trainer.objectives import objectives  # noqa: E402
 from undertow.trainer.step import train_step  # noqa: E402
 
@@ -43,7 +43,7 @@ def main() -> None:
     args = ap.parse_args()
     cfg = EngineConfig(zero_stage=args.zero_stage)
     process = setup_process(cfg.master_port)
-    engine = build_engine(ModelSpec(), cfg, process)
+    engine = build_training_engine(ModelSpec(), cfg, process)
     rl = objectives.get("rl")(AlgorithmConfig())
     batch = experiences(args.groups, args.group_size, args.prompt_len, args.response_len)
     train_step(engine, rl, batch, None, process, pad_id=0)  # warm-up

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from undertow.processors.pipeline import Pipeline
+from undertow.rollout.engines import engines
 from undertow.trainer.objectives import objectives
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def problems(config: "RunConfig", *, whole_run: bool = True) -> list[str]:
 @rule
 def workers_no_staler_than_the_trainer(cfg: "RunConfig") -> Iterator[str]:
     worker, stale = cfg.rollout.max_staleness, cfg.trainer.batching.max_staleness
-    if cfg.trainer.algorithm.objective == "rl" and worker > stale:
+    if objectives.get(cfg.trainer.algorithm.objective).checks_staleness and worker > stale:
         yield (f"rollout.max_staleness ({worker}) must be <= trainer.batching.max_staleness ({stale}): "
                f"workers would generate what the trainer rejects as stale")
 
@@ -51,7 +52,7 @@ def workers_no_staler_than_the_trainer(cfg: "RunConfig") -> Iterator[str]:
 def sync_every_within_the_staleness_bound(cfg: "RunConfig") -> Iterator[str]:
     """`sync_every > 1` with on-policy (staleness 0) is the deadlock the issue names."""
     every, stale = cfg.trainer.sync_every, cfg.trainer.batching.max_staleness
-    if cfg.trainer.algorithm.objective == "rl" and every - 1 > stale:
+    if objectives.get(cfg.trainer.algorithm.objective).checks_staleness and every - 1 > stale:
         yield (f"trainer.sync_every ({every}) needs trainer.batching.max_staleness >= {every - 1} (it is {stale}): "
                f"between two published versions every new experience would be too stale to train on, and the "
                f"run would wait for ever")
@@ -60,7 +61,7 @@ def sync_every_within_the_staleness_bound(cfg: "RunConfig") -> Iterator[str]:
 @rule
 def one_sampling_temperature(cfg: "RunConfig") -> Iterator[str]:
     sampled, assumed = cfg.rollout.sampling.temperature, cfg.trainer.algorithm.temperature
-    if cfg.trainer.algorithm.objective == "rl" and sampled != assumed:
+    if objectives.get(cfg.trainer.algorithm.objective).importance_sampled and sampled != assumed:
         yield (f"rollout.sampling.temperature ({sampled}) must equal trainer.algorithm.temperature ({assumed}): "
                f"the trainer recomputes log-probs at its temperature, so every importance ratio would be skewed")
 
@@ -89,14 +90,11 @@ def held_out_tasks_are_not_trained_on(cfg: "RunConfig") -> Iterator[str]:
 
 @rule
 def adapters_reach_an_engine_that_applies_them(cfg: "RunConfig") -> Iterator[str]:
-    lora, engine_entry = cfg.trainer.lora, cfg.rollout.engine
+    lora = cfg.trainer.lora
     if lora is None:
         return
-    engine = engine_entry if isinstance(engine_entry, str) else engine_entry.get("name")
-    lora_rank = None if isinstance(engine_entry, str) else engine_entry.get("max_lora_rank")
-    if engine == "vllm" and (lora_rank or 0) < lora.rank:
-        yield (f"trainer.lora (rank {lora.rank}) publishes adapter-only weight updates, which the vllm engine "
-               f"applies only when started for them: set rollout.engine.max_lora_rank >= {lora.rank}")
-    elif engine not in ("transformers", "vllm"):
-        yield (f"trainer.lora publishes adapter-only weight updates, which rollout.engine ({engine}) cannot apply "
-               f"yet: use the transformers or vllm engine")
+    engine = engines.resolve(cfg.rollout.engine)
+    ask = getattr(engine.obj, "adapter_problem", None)
+    problem = ask(engine.kwargs, lora.rank) if ask else f"rollout.engine ({engine.name}) does not say it applies them"
+    if problem:
+        yield f"trainer.lora (rank {lora.rank}) publishes adapter-only weight updates, but {problem}"

@@ -10,8 +10,12 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import yaml
+from undertow.rollout.engines import engines
+
+if TYPE_CHECKING:
+    from undertow.rollout.config import RolloutConfig
 
 VLLM_PYTHON_ENV = "UNDERTOW_VLLM_PYTHON"  # an interpreter with vllm, instead of the default venv's
 
@@ -28,21 +32,18 @@ def vllm_python() -> Path:
     return python
 
 
-def engine_name(config_path: str | Path) -> str:
-    """rollout.engine's name in a (stage's merged) config file."""
-    engine = (yaml.safe_load(Path(config_path).read_text()) or {}).get("rollout", {}).get("engine", "transformers")
-    return engine if isinstance(engine, str) else engine.get("name", "")
+def interpreter(rollout: "RolloutConfig") -> str:
+    """The Python that can build the engine of this `rollout:` section: the one running here, or the
+    vLLM environment's, as the engine says (`environment`; a plugin engine that does not say runs here)."""
+    environment = getattr(engines.resolve(rollout.engine).obj, "environment", "main")
+    return str(vllm_python()) if environment == "vllm" else sys.executable
 
 
-def rollout_command(config_path: str | Path) -> list[str]:
-    """The command prefix before `rollout CONFIG` for the workers of this config."""
-    if engine_name(config_path) == "vllm":
-        return [str(vllm_python()), "-m", "undertow.infra.cli_rollout"]
-    return [sys.executable, "-m", "undertow.infra.cli"]
+def rollout_command(rollout: "RolloutConfig") -> list[str]:
+    """The command before `rollout CONFIG`: the Faust-free entry point, in the engine's environment."""
+    return [interpreter(rollout), "-m", "undertow.infra.cli_rollout"]
 
 
-def eval_command(config_path: str | Path) -> list[str]:
-    """The command prefix before `eval CONFIG`: the evaluator builds the rollout engine too."""
-    if engine_name(config_path) == "vllm":
-        return [str(vllm_python()), "-m", "undertow.infra.cli"]
-    return [sys.executable, "-m", "undertow.infra.cli"]
+def eval_command(rollout: "RolloutConfig") -> list[str]:
+    """The command before `eval CONFIG`: the evaluator builds the rollout engine too."""
+    return [interpreter(rollout), "-m", "undertow.infra.cli"]

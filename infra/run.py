@@ -163,13 +163,13 @@ class Run:
         sup.start("processors", [*cli, "process", str(path), "--workers", str(self.config.run.processor_workers)])
         sup.start("trainer", [*cli, "train", str(path), "--nproc", str(self.config.run.trainer_processes),
                               *(["--max-steps", str(steps)] if steps else [])])
-        sup.start("rollout", [*rollout_command(path), "rollout", str(path)])  # vllm: its own environment
+        merged = stage_config(self.raw, stage)
+        sup.start("rollout", [*rollout_command(merged.rollout), "rollout", str(path)])  # vllm: its own environment
         sup.start("feeder", [*cli, "feed", str(path)])
         if self.config.run.archive:
             sup.start("archive", [*cli, "archive", str(path)])
-        evaluation = stage_config(self.raw, stage).eval
-        if evaluation.tasksets:  # a stage may switch the evaluation off or on
-            sup.start("eval", [*eval_command(path), "eval", str(path)])
+        if merged.eval.tasksets:  # a stage may switch the evaluation off or on
+            sup.start("eval", [*eval_command(merged.rollout), "eval", str(path)])
         if self.config.watchers:
             sup.start("watch", [*cli, "watch", str(path)])
         if self.config.monitor.sinks:

@@ -11,7 +11,6 @@ from undertow.kernel.registry import checked_entry
 
 from undertow.rollout.engines import engines
 from undertow.rollout.engines.base import SamplingParams
-from undertow.rollout.engines.vllm_engine import refuse_warped_sampling
 from undertow.rollout.rewards import rewards
 from undertow.rollout.workflows import workflows
 
@@ -92,8 +91,9 @@ class RolloutConfig(BaseModel):
     @model_validator(mode="after")
     def _logprobs_match_the_trainer(self) -> "RolloutConfig":
         """An engine whose recorded log-probs would differ from the trainer's recomputation is refused."""
-        if (self.engine if isinstance(self.engine, str) else self.engine.get("name")) == "vllm":
-            refuse_warped_sampling(self.sampling)
+        engine = engines.resolve(self.engine).obj
+        if hasattr(engine, "check_sampling"):  # a plugin engine need not say
+            engine.check_sampling(self.sampling)
         return self
 
 

@@ -16,6 +16,7 @@ from undertow.streams import BOOTSTRAP_ENV, KafkaSettings, create_topics
 from tests.run_output import DemoRun, demo_config, only_run_dir, undertow_run, wait_run
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+BROKER_FIXTURES = {"kafka", "broker", "cluster"}  # the session's broker, the TLS / SASL ones, the 3-node cluster
 
 
 @pytest.fixture(scope="session")
@@ -48,7 +49,7 @@ def demo(kafka: KafkaSettings, tmp_path_factory: pytest.TempPathFactory) -> Demo
     stay up after it for the README's `undertow tail` and `replay` (the demo's own broker stops with it)."""
     tmp_path = tmp_path_factory.mktemp("demo")
     proc = undertow_run(str(demo_config(tmp_path)), "--runs-dir", str(tmp_path / "runs"))
-    out = wait_run(proc, tmp_path / "runs", timeout=720)
+    out = wait_run(proc, tmp_path / "runs", timeout=480)  # the first test to use it has the rest of its 600 s
     return DemoRun(only_run_dir(tmp_path / "runs"), out)
 
 
@@ -56,6 +57,15 @@ def demo(kafka: KafkaSettings, tmp_path_factory: pytest.TempPathFactory) -> Demo
 def demo_warm_start(demo: DemoRun) -> Path:
     """The HF export the demo's SFT warm-up ended with: where the fault tests start RL from."""
     return latest_export(demo.run_dir / "checkpoints" / "demo-warmup")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that reaches the broker says so (`-m "not broker"` must leave it out): refuse to run
+    a suite in which one does not."""
+    unmarked = [item.nodeid for item in items if BROKER_FIXTURES & set(getattr(item, "fixturenames", ()))
+                and item.get_closest_marker("broker") is None]
+    if unmarked:
+        raise pytest.UsageError(f"tests that use the broker without the `broker` marker: {unmarked}")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

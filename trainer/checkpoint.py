@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .engine import export_pretrained, rank_fingerprints
-from .intake import Partition
+from .groups import Partition
 
 LATEST = "LATEST"
 STATE = "trainer_state.json"

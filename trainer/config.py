@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from undertow.kernel.registry import checked_entry
 
 from .algorithms import aggregations, kl_estimators, policy_losses
+from .objectives import objectives
 
 Entry = str | dict[str, Any]  # a registry entry: `name` or {name: …, **kwargs}
 MAX_CHUNK_BYTES = 8 << 20
@@ -91,7 +92,8 @@ class KLConfig(_Section):
 class AlgorithmConfig(_Section):
     """What is optimised."""
 
-    objective: Literal["rl", "sft", "dpo"] = Field("rl", description="RL on experiences, SFT on experiences, DPO on pairs")
+    objective: str = Field("rl", description="a registered objective (trainer/objectives.py): rl and sft on "
+                                             "experiences, dpo on preference pairs; or a dotted path")
     policy_loss: Entry = Field("ppo_clip", description="ppo_clip, dapo, gspo, cispo, reinforce, truncated_is, decoupled_ppo")
     aggregation: Entry = Field("token_mean", description="token_mean, seq_mean_token_sum, seq_mean_token_mean, dr_grpo")
     kl: KLConfig = Field(default_factory=KLConfig, description="KL to the reference model")
@@ -99,6 +101,7 @@ class AlgorithmConfig(_Section):
     dpo_beta: float = Field(0.1, gt=0, description="DPO's β")
     temperature: float = Field(1.0, gt=0, description="sampling temperature of the rollout engine (log-probs use it)")
 
+    _check_objective = field_validator("objective")(lambda cls, v: checked_entry(objectives, v))
     _check_loss = field_validator("policy_loss")(lambda cls, v: checked_entry(policy_losses, v))
     _check_agg = field_validator("aggregation")(lambda cls, v: checked_entry(aggregations, v))
 

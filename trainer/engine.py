@@ -83,7 +83,7 @@ def deepspeed_config(cfg: EngineConfig, world_size: int) -> dict[str, Any]:
             "steps_per_print": 1 << 30, "wall_clock_breakdown": False}
 
 
-def build_engine(spec: ModelSpec, cfg: EngineConfig, process: Process, *,
+def build_training_engine(spec: ModelSpec, cfg: EngineConfig, process: Process, *,
                  gradient_checkpointing: bool = False, lora: LoraConfig | None = None) -> Any:
     """The policy from `spec` wrapped in a DeepSpeed engine, in train mode (with LoRA: the base
     frozen, adapters on top)."""

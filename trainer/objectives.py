@@ -10,7 +10,7 @@ the definition the rollout engines use too.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
 
 import torch
 
@@ -26,7 +26,32 @@ from .batch import PairBatch, SequenceBatch, collate_experiences, collate_pairs
 if TYPE_CHECKING:
     from .config import AlgorithmConfig
 
-objectives: Registry = Registry("objective")
+
+
+class Objective(Protocol):
+    """What the step loop asks of an objective (one registered in `objectives`, built from the
+    algorithm config): which records it trains on and whether staleness bounds them, whether it
+    needs the frozen reference model, and how records become micro-batches and a loss."""
+
+    record_type: ClassVar[type[Record]]
+    checks_staleness: ClassVar[bool]
+    importance_sampled: ClassVar[bool]  # weighs by ratios to the behaviour log-probs the rollout recorded
+
+    @property
+    def needs_reference(self) -> bool: ...
+
+    def collate(self, records: list[Any], *, pad_id: int, pad_to_multiple: int) -> Any: ...
+
+    def lengths(self, record: Any) -> list[int]: ...
+
+    def totals(self, records: list[Any]) -> Totals: ...
+
+    def logprobs(self, model: Any, batch: Any) -> torch.Tensor | None: ...
+
+    def loss(self, model: Any, batch: Any, ref_model: Any = None, totals: Totals | None = None) -> "StepLoss": ...
+
+
+objectives: Registry[Callable[["AlgorithmConfig"], Objective]] = Registry("objective")
 
 
 @dataclass
@@ -92,6 +117,7 @@ class RLObjective(_ExperienceObjective):
     """Policy loss + optional KL (as loss term or advantage penalty) − entropy bonus."""
 
     checks_staleness: ClassVar[bool] = True
+    importance_sampled: ClassVar[bool] = True
 
     def __init__(self, algo: "AlgorithmConfig"):
         self.policy_loss = policy_losses.resolve(algo.policy_loss)
@@ -139,6 +165,7 @@ class SFTObjective(_ExperienceObjective):
     """Negative log-likelihood of the (masked) response tokens; offline, so no staleness check."""
 
     checks_staleness: ClassVar[bool] = False
+    importance_sampled: ClassVar[bool] = False
     needs_reference: ClassVar[bool] = False
 
     def __init__(self, algo: "AlgorithmConfig"):
@@ -157,6 +184,7 @@ class DPOObjective:
 
     record_type: ClassVar[type[Record]] = PreferencePair
     checks_staleness: ClassVar[bool] = False
+    importance_sampled: ClassVar[bool] = False
     needs_reference: ClassVar[bool] = True
 
     def __init__(self, algo: "AlgorithmConfig"):

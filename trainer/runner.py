@@ -21,13 +21,13 @@ from undertow.streams import KafkaSettings, RecordProducer, RunContext, Topics
 
 from .checkpoint import Ledger, PartitionOffset, TrainerState, load_checkpoint, save_checkpoint
 from .config import TrainerConfig
-from .engine import Process, build_engine, build_reference, gathered_weights, setup_process
-from .feed import Feed
-from .objectives import objectives
+from .engine import Process, build_training_engine, build_reference, gathered_weights, setup_process
+from .ready_intake import ReadyIntake
+from .objectives import Objective, objectives
 from .publish import build_publisher
 from .relay import Command, broadcast
-from .intake import record_id
-from .step import StepResult, StepShape, train_step
+from .groups import record_id
+from .step import TrainStepResult, StepShape, train_step
 
 COMPONENT = "trainer"
 
@@ -57,15 +57,15 @@ class StopFlag:
 
 
 class Leader:
-    """Rank 0's duties: the feed, the producer, metrics, weight publishing and offset commits."""
+    """Rank 0's duties: the ready topic's intake, the producer, metrics, weight publishing and offset commits."""
 
     def __init__(self, spec: ModelSpec, cfg: TrainerConfig, kafka: KafkaSettings, topics: Topics,
-                 state: TrainerState, objective: Any, root: Path, tokenizer: str | None = None):
+                 state: TrainerState, objective: Objective, root: Path, tokenizer: str | None = None):
         self.spec, self.cfg, self.topics, self.state = spec, cfg, topics, state
         self.producer = RecordProducer(kafka)
         self.publisher = build_publisher(spec.name, cfg.weights, self.producer, topics,
                                          "adapter" if cfg.lora else "full", kafka, tokenizer)
-        self.feed = Feed(kafka, topics, cfg.batching, group_id=cfg.consumer_group,
+        self.intake = ReadyIntake(kafka, topics, cfg.batching, group_id=cfg.consumer_group,
                          record_type=objective.record_type, checks_staleness=objective.checks_staleness,
                          producer=self.producer, start=state.offset_map(), trained_ids=state.trained_ids,
                          seed=cfg.engine.seed, tokenizer=tokenizer)
@@ -80,9 +80,9 @@ class Leader:
         step = self.state.step
         while not stop.requested and (budget.max_steps is None or step < budget.max_steps):
             started = time.monotonic()
-            if self.feed.fill(step, self.cfg.poll_timeout_ms):
+            if self.intake.fill(step, self.cfg.poll_timeout_ms):
                 self.last_data = time.monotonic()
-            batch = self.feed.next_batch(step, self.cfg.batching.max_wait_s)
+            batch = self.intake.next_batch(step, self.cfg.batching.max_wait_s)
             self.wait_s += time.monotonic() - started
             if batch:
                 self.pending = batch
@@ -94,40 +94,24 @@ class Leader:
         self.pending = []
         return Command([], publish=self.state.published_version != step, checkpoint=True, stop=True)
 
-    def after_step(self, result: StepResult) -> None:
+    def after_step(self, result: TrainStepResult) -> None:
         """Book the step that just ran (`state.step` already counts it when it changed the weights)."""
         untrained = {record_id(r) for r in result.untrained}
         refused = [i for i in self.pending if i.record_id in untrained]
         items = [i for i in self.pending if i.record_id not in untrained]
         if refused:
-            self.feed.refused(refused, "non_finite", "no update of the step had a finite loss and gradient")
-        if not items:
-            self._send_metrics({**result.metrics, "records": 0.0, "version": float(self.state.step)})
-            return
-        metrics, step = result.metrics, self.state.step
-        self.feed.trained_on(items)
-        self.ledger.append(step, [i.record_id for i in items])
-        versions = [getattr(i.record, "policy_version", 0) for i in items]
-        staleness = [step - 1 - v for v in versions]  # the step that just ran used weights of version step-1
-        counts = self.feed.counts
-        values = {**metrics, "wait_s": self.wait_s, "records": float(len(items)),
-                  "staleness_mean": sum(staleness) / len(staleness), "staleness_max": float(max(staleness)),
-                  "rejected": float(counts.rejected), "rejected_stale": float(counts.stale),
-                  "duplicates": float(counts.duplicates), "window_groups": float(len(self.feed.window)),
-                  "version": float(step)}
-        values.update({f"staleness_{s}": float(staleness.count(s)) for s in sorted(set(staleness))})
-        rewards = [r for r in (getattr(i.record, "reward", None) for i in items) if r is not None]
-        if rewards:
-            values["reward_mean"] = sum(rewards) / len(rewards)
-        self._send_metrics(values)
-
-    def _send_metrics(self, values: dict[str, float]) -> None:
+            self.intake.refused(refused, "non_finite", "no update of the step had a finite loss and gradient")
+        step = self.state.step
+        if items:
+            self.intake.trained_on(items)
+            self.ledger.append(step, [i.record_id for i in items])
         # A skipped (non-finite) update's loss is inf or NaN: metric events carry finite numbers only,
         # and `skipped_updates` already says what happened.
+        values = {**result.metrics, **self.intake.step_metrics(items, step), "wait_s": self.wait_s,
+                  "version": float(step)}
         values = {k: v for k, v in values.items() if math.isfinite(v)}
-        self.producer.send(self.topics.metrics, MetricEvent(component=COMPONENT, values=values, step=self.state.step),
+        self.producer.send(self.topics.metrics, MetricEvent(component=COMPONENT, values=values, step=step),
                            key=COMPONENT)
-        self.feed.counts = type(self.feed.counts)()
         self.wait_s = 0.0
 
     def publish(self, packed: Any) -> None:
@@ -136,14 +120,14 @@ class Leader:
 
     def snapshot(self) -> TrainerState:
         """The state a checkpoint of the current step records (offsets safe to resume from)."""
-        offsets = self.feed.offsets.committable()
-        self.state.offsets = [PartitionOffset(topic=t, partition=p, offset=o) for (t, p), o in offsets.items()]
-        self.state.trained_ids = self.feed.trained.to_list()
+        resume = self.intake.resume_point()
+        self.state.offsets = [PartitionOffset(topic=t, partition=p, offset=o) for (t, p), o in resume.offsets.items()]
+        self.state.trained_ids = resume.trained_ids
         return self.state
 
     def close(self) -> None:
         self.publisher.close()  # the last version is out before the producer goes
-        self.feed.close()
+        self.intake.close()
         self.producer.flush()
         self.producer.close()
 
@@ -156,7 +140,8 @@ def run(cfg: TrainerConfig, context: RunContext, budget: Budget, stop: StopFlag 
     stop.install()
     process = setup_process(cfg.engine.master_port)
     objective = objectives.get(cfg.algorithm.objective)(cfg.algorithm)
-    engine = build_engine(spec, cfg.engine, process, gradient_checkpointing=cfg.gradient_checkpointing, lora=cfg.lora)
+    engine = build_training_engine(spec, cfg.engine, process, gradient_checkpointing=cfg.gradient_checkpointing,
+                                   lora=cfg.lora)
     ref_model = build_reference(spec, process, engine) if objective.needs_reference else None
     root = Path(cfg.checkpoint_dir).expanduser() / namespace
     root.mkdir(parents=True, exist_ok=True)
@@ -173,7 +158,7 @@ def run(cfg: TrainerConfig, context: RunContext, budget: Budget, stop: StopFlag 
     return state
 
 
-def _loop(engine: Any, objective: Any, ref_model: Any, cfg: TrainerConfig, process: Process, state: TrainerState,
+def _loop(engine: Any, objective: Objective, ref_model: Any, cfg: TrainerConfig, process: Process, state: TrainerState,
           leader: Leader | None, root: Path, stop: StopFlag, budget: Budget, pad_id: int) -> None:
     shape = StepShape(cfg.micro_batch_tokens, cfg.mini_batches, cfg.ppo_epochs, cfg.batching.pad_to_multiple)
     if state.step > 0:
@@ -195,7 +180,7 @@ def _loop(engine: Any, objective: Any, ref_model: Any, cfg: TrainerConfig, proce
             snapshot = leader.snapshot() if leader else state
             save_checkpoint(engine, root, snapshot, leader=process.is_leader, keep=cfg.keep_checkpoints)
             if leader:
-                leader.feed.commit()
+                leader.intake.commit()
         if command.stop:
             return
 

@@ -27,8 +27,9 @@ from undertow.schemas import Record
 
 from .algorithms import Totals
 from .engine import Process
+from .groups import record_id, record_tokens
+from .objectives import Objective
 from .optim import finite_guard
-from .intake import record_id, record_tokens
 from .relay import collective_device, shard
 
 
@@ -56,7 +57,7 @@ def padded_cost(lengths: list[int], multiple: int) -> int:
     return len(lengths) * -(-max(lengths) // multiple) * multiple
 
 
-def pack(records: list[Record], objective: Any, budget: int | None, multiple: int) -> list[list[Record]]:
+def pack(records: list[Record], objective: Objective, budget: int | None, multiple: int) -> list[list[Record]]:
     """Records, longest first, into micro-batches of at most `budget` padded tokens (one record
     over budget goes alone)."""
     if not records:
@@ -76,7 +77,7 @@ def pack(records: list[Record], objective: Any, budget: int | None, multiple: in
     return micro
 
 
-def plan(records: list[Record], objective: Any, shape: StepShape, rank: int, world_size: int) -> list[Update]:
+def plan(records: list[Record], objective: Objective, shape: StepShape, rank: int, world_size: int) -> list[Update]:
     """The updates of one epoch, as this rank runs them. Every rank runs as many micro-batches per
     update as the busiest rank, because ZeRO-2 reduces gradients inside every backward."""
     n, m = len(records), shape.mini_batches
@@ -150,7 +151,7 @@ def _reduce_dict(values: dict[str, float], op: str) -> dict[str, float]:
     return dict(zip(keys, _all_reduce([values[k] for k in keys], op)))
 
 
-def accumulate(model: Any, objective: Any, update: Update, batches: list[Any], ref_model: Any, world_size: int,
+def accumulate(model: Any, objective: Objective, update: Update, batches: list[Any], ref_model: Any, world_size: int,
                backward: Callable[[torch.Tensor], Any], tally: Tally) -> None:
     """Forward and backward every micro-batch of one update; the gradients add up to the update's."""
     for micro, batch in zip(update.micro, batches):
@@ -161,15 +162,15 @@ def accumulate(model: Any, objective: Any, update: Update, batches: list[Any], r
 
 
 @dataclass
-class StepResult:
+class TrainStepResult:
     """What a step did: its metrics, and the records no applied update trained on (non-finite)."""
 
     metrics: dict[str, float]
     untrained: list[Record]
 
 
-def train_step(engine: Any, objective: Any, records: list[Record], ref_model: Any, process: Process, *,
-               pad_id: int, shape: StepShape = StepShape()) -> StepResult:
+def train_step(engine: Any, objective: Objective, records: list[Record], ref_model: Any, process: Process, *,
+               pad_id: int, shape: StepShape = StepShape()) -> TrainStepResult:
     """Every update of one step on this rank; metrics are over all ranks (every rank gets them)."""
     started = time.perf_counter()
     updates = plan(records, objective, shape, process.rank, process.world_size)
@@ -203,7 +204,7 @@ def train_step(engine: Any, objective: Any, records: list[Record], ref_model: An
                "step_s": seconds, "tokens": float(tokens), "tokens_per_s": tokens / seconds if seconds > 0 else 0.0}
     if grad_norms:
         metrics["grad_norm"] = sum(grad_norms) / len(grad_norms)
-    return StepResult(metrics, [r for r in records if record_id(r) not in trained])
+    return TrainStepResult(metrics, [r for r in records if record_id(r) not in trained])
 
 
 def _with_proximal(batch: Any, logp: torch.Tensor | None) -> Any:

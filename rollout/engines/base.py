@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Mapping, Protocol
+from typing import Any, ClassVar, Literal, Mapping, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -40,9 +40,20 @@ class Sample:
 
 
 class Engine(Protocol):
-    """What a workflow needs from a backend."""
+    """What a workflow needs from a backend, and what the config rules ask of its class: the
+    environment it runs in (`main`, or `vllm`: the interpreter `undertow run` starts its workers
+    with), the sampling it can record log-probs for, and whether it can apply adapter-only updates."""
 
     tokenizer: Any
+    environment: ClassVar[str]
+
+    @classmethod
+    def check_sampling(cls, params: SamplingParams) -> None:
+        """Raise ValueError for sampling whose recorded log-probs would differ from the trainer's."""
+
+    @classmethod
+    def adapter_problem(cls, options: Mapping[str, Any], rank: int) -> str | None:
+        """Why an engine built with `options` cannot apply rank-`rank` LoRA adapter updates, or None."""
 
     def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Sample]]:
         """`n` samples for each prompt (token ids); result[i][j] is sample j of prompt i."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal, Mapping
 
 import torch
 
@@ -22,6 +22,16 @@ class TransformersEngine:
     over prompt + response, the very function the trainer calls, rather than from generate()'s scores
     (which top-p has already warped): with the same weights the two agree to float rounding.
     """
+
+    environment: ClassVar[str] = "main"
+
+    @classmethod
+    def check_sampling(cls, params: SamplingParams) -> None:
+        pass  # its log-probs are recomputed over the whole vocabulary, whatever top-p sampled
+
+    @classmethod
+    def adapter_problem(cls, options: Mapping[str, Any], rank: int) -> str | None:
+        return None  # peft applies an adapter of any rank
 
     def __init__(self, spec: ModelSpec, *, batch_size: int = 16, device: str = "auto", seed: int | None = None):
         self.spec = spec

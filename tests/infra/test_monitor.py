@@ -140,6 +140,7 @@ def test_unknown_sinks_and_arguments_fail_when_the_config_is_read():
         RunConfig.model_validate({"monitor": {"sinks": [{"name": "mlflow", "uri": "x"}]}})
 
 
+@pytest.mark.broker
 def test_run_starts_a_monitor_only_when_the_section_names_sinks(monkeypatch, kafka, tmp_path):
     started = []
 

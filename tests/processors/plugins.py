@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from undertow.processors import Reject, processor
 from undertow.schemas import Experience
 
@@ -26,6 +28,12 @@ def explode_on(exp: Experience, *, text: str = "boom") -> Experience:
 
 def vanish(exp: Experience) -> None:
     return None
+
+
+def dawdle(exp: Experience, *, seconds: float = 0.02) -> Experience:
+    """Takes its time: what a stage's latency_ms must show."""
+    time.sleep(seconds)
+    return exp
 
 
 class KeepBest:

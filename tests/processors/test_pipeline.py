@@ -107,4 +107,11 @@ def test_stage_counters():
     v = h.pipeline.stats.values()
     assert (v["clean.in"], v["clean.out"], v["clean.dropped.empty"]) == (5, 4, 1)
     assert (v["reshape.in"], v["reshape.out"], v["reshape.dropped.zero_variance"]) == (4, 2, 2)
-    assert v["clean.latency_ms"] >= 0 and v["open_groups"] == 0
+    assert v["open_groups"] == 0
+
+
+def test_a_stage_latency_is_its_time_per_record():
+    h = Harness(["clean", {"name": f"{P}.dawdle", "seconds": 0.02}])
+    h.feed([exp("a", 0, 1), exp("b", 0, 1), exp("c", 0, 1)])
+    v = h.pipeline.stats.values()
+    assert 20 <= v[f"{P}.dawdle.latency_ms"] < 200 and v["clean.latency_ms"] < v[f"{P}.dawdle.latency_ms"]

@@ -23,7 +23,9 @@ def test_every_shipped_rollout_example_loads_and_builds_its_tasksets(monkeypatch
     examples = sorted(ROOT.glob("examples/rollout_*.yaml"))
     assert len(examples) == 2
     for path in examples:
-        assert build_sampler(load_component_config(path).feeder).next() is not None
+        feeder = load_component_config(path).feeder
+        task = build_sampler(feeder).next()
+        assert task.taskset in {t.name for t in feeder.tasksets} and (task.prompt or task.messages), path
 
 
 def test_bad_config_names_the_field(tmp_path):

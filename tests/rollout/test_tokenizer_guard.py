@@ -19,7 +19,7 @@ from undertow.streams import RecordProducer, RunContext, Topics
 from undertow.trainer.config import WeightsConfig
 from undertow.trainer.publish import build_publisher
 from tests.helpers import load_run, read_all, wait_for
-from tests.hostile.helpers import train_ids, trainer_feed
+from tests.hostile.helpers import train_ids, trainer_intake
 from tests.trainer.helpers import make_group
 from tests.rollout.test_evaluation import config as eval_config
 
@@ -96,7 +96,7 @@ def test_the_trainer_refuses_experiences_of_another_tokenizer(kafka, namespace):
                 exp = exp.model_copy(update={"metadata": {"tokenizer": stamp}})
                 producer.send(topics.ready, exp, key=exp.group_id)
         producer.flush()
-        feed = trainer_feed(kafka, topics, producer, checks_staleness=True, experiences=2, tokenizer=ours)
+        feed = trainer_intake(kafka, topics, producer, checks_staleness=True, experiences=2, tokenizer=ours)
         trained = train_ids(feed)
         feed.close()
     assert sorted(trained) == ["ours/0", "ours/1"]

@@ -17,7 +17,7 @@ from undertow.schemas import Experience
 from undertow.streams import KafkaSettings, RecordProducer, Topics
 from tests.helpers import group
 from undertow.trainer.config import BatchingConfig
-from undertow.trainer.feed import Feed
+from undertow.trainer.ready_intake import ReadyIntake
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,8 +69,9 @@ def through_worker_to_feed(ns: str, producer: KafkaSettings, worker: KafkaSettin
         with RecordProducer(producer) as p:
             for e in samples:
                 p.send(topics.raw, e, key=e.group_id)
-        feed = Feed(worker, topics, BatchingConfig(experiences=2), group_id=f"{ns}-trainer", record_type=Experience,
-                    checks_staleness=True, producer=RecordProducer(worker), start={}, trained_ids=[])
+        feed = ReadyIntake(worker, topics, BatchingConfig(experiences=2), group_id=f"{ns}-trainer",
+                           record_type=Experience, checks_staleness=True, producer=RecordProducer(worker), start={},
+                           trained_ids=[])
         batch, deadline = None, time.monotonic() + 120
         while batch is None and time.monotonic() < deadline and proc.poll() is None:
             feed.fill(version=0, timeout_ms=500)

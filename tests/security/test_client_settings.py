@@ -65,7 +65,7 @@ def test_an_encrypted_client_key_is_opened_with_ssl_password_for_every_client(tm
     s = KafkaSettings(bootstrap_servers="b:1", security_protocol="SSL", ssl_certfile=str(tmp_path / "cert.pem"),
                       ssl_keyfile=str(tmp_path / "key.pem"), ssl_password="s3cret")
     assert isinstance(s.kafka_python()["ssl_context"], ssl.SSLContext)
-    assert credentials_to_aiokafka_auth(s.faust_credentials())["ssl_context"] is not None
+    assert isinstance(credentials_to_aiokafka_auth(s.faust_credentials())["ssl_context"], ssl.SSLContext)
     for wrong in (None, "guess"):  # None must not prompt on the terminal: it is a clear error too
         with pytest.raises(ValueError, match="ssl_password: cannot load .*cert.pem / .*key.pem"):
             s.model_copy(update={"ssl_password": wrong}).kafka_python()

@@ -90,7 +90,7 @@ def test_faust_gets_the_login_and_reports_a_refused_one(broker, caplog):
     assert "SaslAuthenticationFailed: Authentication failed: Invalid username or password" in caplog.text
 
 
-def test_a_faust_worker_and_the_trainer_feed_log_in_from_the_config(broker, tmp_path):
+def test_a_faust_worker_and_the_trainer_intake_log_in_from_the_config(broker, tmp_path):
     alice, bob = login(broker, "alice"), login(broker, "bob")
     ns = fresh_namespace(alice)
     batch, committed = through_worker_to_feed(ns, alice, bob, tmp_path)

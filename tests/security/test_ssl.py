@@ -101,7 +101,7 @@ def test_faust_gets_the_ca_and_reports_an_untrusted_broker(broker, caplog):
     assert "CERTIFICATE_VERIFY_FAILED" in caplog.text
 
 
-def test_a_faust_worker_and_the_trainer_feed_connect_from_the_config(broker, tmp_path):
+def test_a_faust_worker_and_the_trainer_intake_connect_from_the_config(broker, tmp_path):
     settings = tls(broker)
     ns = f"tls-{uuid.uuid4().hex[:8]}"
     create_topics(settings, ns)
@@ -134,7 +134,9 @@ def test_a_config_without_a_kafka_section_uses_the_local_brokers_tls(broker, mon
     monkeypatch.delenv("UNDERTOW_BOOTSTRAP", raising=False)
     settings = resolve_kafka(KafkaSettings(client_id="me"), broker_dir=broker.data_dir)
     assert (settings.security_protocol, settings.ssl_cafile, settings.client_id) == ("SSL", str(broker.ca_file), "me")
-    assert list_topics(settings) is not None  # it connects
+    ns = f"local-tls-{uuid.uuid4().hex[:8]}"
+    created = create_topics(settings, ns)  # it connects, over TLS, and the broker does what it is asked
+    assert len(created) == len(CATALOG) and list_topics(settings, ns) == created
     spelled_out = resolve_kafka(KafkaSettings(security_protocol="SSL", ssl_cafile="/elsewhere/ca.pem"),
                                 broker_dir=broker.data_dir)
     assert spelled_out.ssl_cafile == "/elsewhere/ca.pem"  # what the config says wins

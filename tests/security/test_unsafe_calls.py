@@ -1,5 +1,5 @@
 """No code path that turns bytes into code: no pickle, no unsafe torch/yaml/numpy loads, no eval/exec,
-and dynamic imports only where a config names a plugin.
+no command line handed to a shell, and dynamic imports only where a config names a plugin.
 
 Found with `ast`, so comments, strings and methods that merely share a name (`model.eval()`) do not count.
 """
@@ -10,7 +10,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SCANNED = ("kernel", "schemas", "streams", "processors", "rollout", "trainer", "infra", "benchmarks")
+SCANNED = ("kernel", "schemas", "streams", "processors", "rollout", "trainer", "watchers", "infra", "benchmarks")
 PICKLERS = {"pickle", "_pickle", "cPickle", "cloudpickle", "dill", "shelve", "joblib"}
 SAFE_YAML_LOADERS = {"SafeLoader", "CSafeLoader", "BaseLoader", "CBaseLoader"}
 DYNAMIC_IMPORTS = {"importlib.import_module", "__import__", "importlib.__import__", "runpy.run_path",
@@ -69,6 +69,8 @@ def _problem(call: ast.Call, name: str) -> str | None:
             return f"{name} without a SafeLoader"
     if name in DYNAMIC_IMPORTS:
         return f"{name} imports code by name"
+    if name in ("os.system", "os.popen") or (name.startswith("subprocess.") and _is_true(_kwarg(call, "shell"))):
+        return f"{name} hands a command line to the shell"
     return None
 
 
@@ -130,14 +132,19 @@ yaml.load(text, Loader=yaml.FullLoader)
 yaml.unsafe_load(text)
 np.load(f, allow_pickle=True)
 importlib.import_module(name)
+import os, subprocess
+os.system(cmd)
+subprocess.run(cmd, shell=True)
+os.popen(cmd)
 """
     lines = [f.split(":")[1] for f in findings(bad, "x.py")]
-    assert lines == [str(n) for n in (2, 3, 4, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17)]
+    assert lines == [str(n) for n in (2, 3, 4, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 19, 20, 21)]
     good = """
 import torch, yaml
 torch.load(f, weights_only=True)
 yaml.load(text, Loader=yaml.SafeLoader)
 yaml.safe_load(text)
+subprocess.run(["ls"], shell=False)
 model.eval()
 ast.literal_eval("1")
 """

@@ -16,7 +16,7 @@ from safetensors.torch import save
 
 from undertow.kernel.models import weights_to_bytes
 from undertow.trainer.config import AlgorithmConfig, EngineConfig
-from undertow.trainer.engine import build_engine, gathered_weights, setup_process
+from undertow.trainer.engine import build_training_engine, gathered_weights, setup_process
 from undertow.trainer.objectives import objectives
 from undertow.trainer.step import StepShape, train_step
 
@@ -35,7 +35,7 @@ def main() -> None:
     args = ap.parse_args()
     cfg = EngineConfig.model_validate(json.loads(args.engine))
     process = setup_process(cfg.master_port)
-    engine = build_engine(SPEC, cfg, process, gradient_checkpointing=args.checkpointing)
+    engine = build_training_engine(SPEC, cfg, process, gradient_checkpointing=args.checkpointing)
     rl = objectives.get("rl")(AlgorithmConfig.model_validate(json.loads(args.algorithm)))
     records = [e for g in range(2) for e in make_group(f"g{g}")]
     if args.poison:

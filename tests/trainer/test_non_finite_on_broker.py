@@ -1,5 +1,5 @@
 """A step none of whose updates was finite: its records go to the rejected topic as non_finite, the
-ledger does not list them, and the metric event carries only finite values."""
+ledger does not list them, and the metric event carries only finite values and counts them."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from undertow.trainer.checkpoint import Ledger, TrainerState
 from undertow.trainer.config import TrainerConfig
 from undertow.trainer.objectives import objectives
 from undertow.trainer.runner import Budget, Leader, StopFlag
-from undertow.trainer.step import StepResult
+from undertow.trainer.step import TrainStepResult
 
 from .helpers import SPEC, make_group, produce, read_all
 
@@ -31,7 +31,7 @@ def test_a_non_finite_step_refuses_its_records(kafka, namespace, tmp_path: Path)
     try:
         command = leader.next_command(StopFlag(), Budget(max_steps=1))
         assert sorted(r.experience_id for r in command.records) == sorted(r.experience_id for r in records)
-        leader.after_step(StepResult({"loss": math.nan, "updates": 0.0, "skipped_updates": 1.0}, command.records))
+        leader.after_step(TrainStepResult({"loss": math.nan, "updates": 0.0, "skipped_updates": 1.0}, command.records))
         leader.producer.flush()
     finally:
         leader.close()
@@ -41,3 +41,4 @@ def test_a_non_finite_step_refuses_its_records(kafka, namespace, tmp_path: Path)
     assert Ledger(tmp_path).entries() == []
     (event,) = [m for m in read_all(kafka, topics.metrics, expect=MetricEvent) if m.component == "trainer"]
     assert "loss" not in event.values and event.values["skipped_updates"] == 1
+    assert event.values["records"] == 0 and event.values["rejected"] == 8  # the step's refusals, counted

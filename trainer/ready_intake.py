@@ -1,4 +1,6 @@
-"""Rank 0's thin Kafka side: read `experiences.ready`, admit, assemble groups, hand out batches, commit.
+"""The trainer's Kafka side (rank 0): read `experiences.ready`, admit, assemble groups, hand out
+batches, commit, and keep the books of it: what a step's metrics say about its records, and where a
+checkpoint resumes. The pure parts are in groups.py and window.py.
 
 Partitions are assigned manually (the trainer is one logical consumer) and start at the
 checkpoint's offsets, else the group's committed ones, else the beginning.
@@ -13,14 +15,15 @@ from undertow.schemas import Experience, Record, encode
 from undertow.streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
 
 from .config import BatchingConfig
-from .intake import GroupAssembler, Item, OffsetTracker, TrainedIds, check_experience, check_tokenizer
-from .sampling import Window
+from .groups import (GroupAssembler, Item, OffsetTracker, Partition, TrainedIds, batch_metrics, check_experience,
+                     check_tokenizer)
+from .window import Window
 
 STAGE = "trainer"
 
 
 @dataclass
-class FeedCounts:
+class IntakeCounts:
     """What happened to delivered records since the last step."""
 
     rejected: int = 0
@@ -28,7 +31,19 @@ class FeedCounts:
     duplicates: int = 0
 
 
-class Feed:
+@dataclass
+class ResumePoint:
+    """What a checkpoint keeps of the intake: per partition the offset safe to resume from, and the
+    ids trained lately (oldest first), which a redelivery must not train again."""
+
+    offsets: dict[Partition, int]
+    trained_ids: list[str]
+
+
+class ReadyIntake:
+    """Rank 0's reader of the ready topic: batches of whole groups, offsets committed only behind
+    what was trained or refused."""
+
     def __init__(self, settings: KafkaSettings, topics: Topics, cfg: BatchingConfig, *, group_id: str,
                  record_type: type[Record], checks_staleness: bool, producer: RecordProducer,
                  start: dict[tuple[str, int], int], trained_ids: list[str], seed: int = 0,
@@ -40,7 +55,7 @@ class Feed:
         self.trained = TrainedIds(cfg.max_trained_ids, trained_ids)
         self.assembler = GroupAssembler(cfg.group_timeout_s)
         self.window = Window(cfg.window_groups, cfg.prioritized, seed)
-        self.counts = FeedCounts()
+        self.counts = IntakeCounts()
         # The checkpoint's offsets, else the group's committed ones, else the beginning.
         self.offsets = OffsetTracker(self.consumer.assign(topics.ready, start))
         self.last_arrival = time.monotonic()
@@ -120,8 +135,21 @@ class Feed:
         for i in items:
             self.offsets.done(i.partition, i.offset)
 
+    def step_metrics(self, items: list[Item], step: int) -> dict[str, float]:
+        """The intake's part of the metrics of the step that just trained `items`: their count,
+        staleness and reward, what was refused or repeated since the last step, the window; the
+        counts start again from zero."""
+        counts, self.counts = self.counts, IntakeCounts()
+        return {"records": float(len(items)), "rejected": float(counts.rejected), "rejected_stale": float(counts.stale),
+                "duplicates": float(counts.duplicates), "window_groups": float(len(self.window)),
+                **batch_metrics([i.record for i in items], step)}
+
+    def resume_point(self) -> ResumePoint:
+        """Where a checkpoint of the current step resumes reading (groups.OffsetTracker's rule)."""
+        return ResumePoint(self.offsets.committable(), self.trained.to_list())
+
     def commit(self) -> dict[tuple[str, int], int]:
-        """Commit what is safe (see intake.OffsetTracker); call after the step and checkpoint covering it."""
+        """Commit what is safe (see groups.OffsetTracker); call after the step and checkpoint covering it."""
         offsets = self.offsets.committable()
         self.consumer.commit(offsets)
         return offsets

@@ -11,7 +11,7 @@ import random
 from collections import deque
 from typing import Callable
 
-from .intake import Group
+from .groups import Group
 
 
 class Window:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from tests.helpers import trainable
-from undertow.trainer.intake import GroupAssembler, Item, OffsetTracker, TrainedIds, check_experience, check_tokenizer
-from undertow.trainer.sampling import Window
+from undertow.trainer.groups import (GroupAssembler, Item, OffsetTracker, TrainedIds, batch_metrics, check_experience,
+                                     check_tokenizer)
+from undertow.trainer.window import Window
 
 P0, P1 = ("ready", 0), ("ready", 1)
 
@@ -24,6 +25,15 @@ def test_experiences_of_another_tokenizer_are_refused():
     assert other.reason == "tokenizer_mismatch" and "fedcba9876543210" in other.detail
     assert check_tokenizer(trainable("g", 0), "0123456789abcdef").reason is None  # unstamped: from before the stamp
     assert check_tokenizer(stamped("fedcba9876543210"), None).reason is None  # a trainer that checks nothing
+
+
+def test_a_batchs_staleness_and_reward_by_hand():
+    # Step 5 trained with the weights of version 4: versions 4, 4, 2 are 0, 0 and 2 steps stale.
+    records = [trainable("a", 0, version=4), trainable("a", 1, version=4), trainable("b", 0, version=2)]
+    records = [r.model_copy(update={"reward": w}) for r, w in zip(records, (1.0, 0.0, 0.5))]
+    assert batch_metrics(records, 5) == {"staleness_mean": 2 / 3, "staleness_max": 2.0, "staleness_0": 2.0,
+                                         "staleness_2": 1.0, "reward_mean": 0.5}
+    assert batch_metrics([], 5) == {}
 
 
 def test_trained_ids_are_bounded_oldest_first():

@@ -56,7 +56,7 @@ class Group:
 
 
 @dataclass
-class Verdict:
+class IntakeVerdict:
     """Why a record is refused (`reason` as on the rejected topic), or None when admitted."""
 
     reason: str | None = None
@@ -80,25 +80,39 @@ def group_key(record: Record) -> tuple[str, int]:
     return record_id(record), 1
 
 
-def check_experience(exp: Experience, version: int, max_staleness: int | None) -> Verdict:
+def check_experience(exp: Experience, version: int, max_staleness: int | None) -> IntakeVerdict:
     """RL admission: fresh enough, with behaviour log-probs and advantages to learn from."""
     if max_staleness is not None and version - exp.policy_version > max_staleness:
-        return Verdict("stale", f"policy_version {exp.policy_version} is {version - exp.policy_version} steps "
+        return IntakeVerdict("stale", f"policy_version {exp.policy_version} is {version - exp.policy_version} steps "
                                 f"behind trainer step {version} (max_staleness {max_staleness})")
     if not exp.behaviour_logprobs:
-        return Verdict("invalid", "behaviour_logprobs: empty; the rollout engine records them")
+        return IntakeVerdict("invalid", "behaviour_logprobs: empty; the rollout engine records them")
     if not exp.advantages:
-        return Verdict("invalid", "advantages: empty; the processors compute them")
-    return Verdict()
+        return IntakeVerdict("invalid", "advantages: empty; the processors compute them")
+    return IntakeVerdict()
 
 
-def check_tokenizer(exp: Experience, tokenizer: str | None) -> Verdict:
+def batch_metrics(records: list[Record], step: int) -> dict[str, float]:
+    """Staleness of a batch that step `step` trained on (with the weights of version step - 1): mean,
+    max and a count per value; and the mean reward of its experiences."""
+    if not records:
+        return {}
+    staleness = [step - 1 - getattr(r, "policy_version", 0) for r in records]
+    values = {"staleness_mean": sum(staleness) / len(staleness), "staleness_max": float(max(staleness))}
+    values.update({f"staleness_{s}": float(staleness.count(s)) for s in sorted(set(staleness))})
+    rewards = [r for r in (getattr(record, "reward", None) for record in records) if r is not None]
+    if rewards:
+        values["reward_mean"] = sum(rewards) / len(rewards)
+    return values
+
+
+def check_tokenizer(exp: Experience, tokenizer: str | None) -> IntakeVerdict:
     """Ids are read with the trainer's tokenizer: an experience stamped with another's is refused
     (unstamped ones, from before the stamp or from outside undertow, are taken)."""
     stamped = exp.metadata.get("tokenizer")
     if tokenizer and stamped and stamped != tokenizer:
-        return Verdict("tokenizer_mismatch", f"generated with tokenizer {stamped}, the trainer's is {tokenizer}")
-    return Verdict()
+        return IntakeVerdict("tokenizer_mismatch", f"generated with tokenizer {stamped}, the trainer's is {tokenizer}")
+    return IntakeVerdict()
 
 
 class TrainedIds:
