@@ -178,7 +178,7 @@ class Run:
             status, message = self._watch(sup, watch, recorder)
         finally:
             # The evaluator scores the final weights after its SIGTERM: on a real model that takes minutes.
-            sup.stop(STOP_ORDER, timeouts={"eval": evaluation.stop_timeout_s})
+            sup.stop(STOP_ORDER, timeouts={"eval": merged.eval.stop_timeout_s})
             recorder.stop()
             events.close()
         return watch.outcome(status, time.time() - started, message)
