@@ -208,6 +208,7 @@ def test_an_update_that_does_not_fit_is_refused_and_the_weights_stay(engine, spe
     assert worst_gap(groups, prompts, lambda rows: trainer_logprobs(fields(spec), 1.0, rows)) <= TOLERANCE
 
 
+@pytest.mark.broker
 def test_a_worker_generates_with_vllm_into_the_broker_and_swaps_from_the_topic(
         engine, spec, original, kafka, namespace, tmp_path, monkeypatch):
     import undertow.rollout.worker as rollout_worker
