@@ -73,14 +73,15 @@ class VLLMEngine:
         # LoRA layers are set up at start-up only: an engine for trainer.lora says its largest rank.
         lora = {"enable_lora": True, "max_lora_rank": max_lora_rank, "max_loras": 1} if max_lora_rank else {}
         self.lora = LoraSlot(path, max_lora_rank) if max_lora_rank else None
-        self.llm = LLM(model=path, tokenizer=tokenizer_dir(spec), dtype=spec.dtype, seed=seed,
+        tokenizer = tokenizer_dir(spec)
+        self.llm = LLM(model=path, tokenizer=tokenizer, dtype=spec.dtype, seed=seed,
                        max_model_len=max_model_len, gpu_memory_utilization=gpu_memory_utilization,
                        enforce_eager=enforce_eager, max_num_seqs=max_num_seqs, logprobs_mode="processed_logprobs",
                        max_logprobs=-1, worker_extension_cls=WORKER_EXTENSION, **lora, **backend)
         self.max_length = self.llm.llm_engine.model_config.max_model_len
         # Ids go in and out, but vLLM's own checks and any text it is given go through its tokenizer.
         if encodings(self.llm.get_tokenizer()) != encodings(self.tokenizer):
-            raise TokenizerMismatch(f"vLLM's tokenizer for {tokenizer_dir(spec)} encodes the probes otherwise than "
+            raise TokenizerMismatch(f"vLLM's tokenizer for {tokenizer} encodes the probes otherwise than "
                                     f"undertow's (kernel/models/tokenizer.py)")
         if spec.init_from:  # a later stage starts from the previous stage's checkpoint
             from pathlib import Path
