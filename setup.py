@@ -8,5 +8,5 @@ LAYOUT = ("kernel", "schemas", "streams", "processors", "rollout", "trainer", "w
 setup(
     packages=[f"undertow.{name}" for name in find_packages(include=[f"{p}*" for p in LAYOUT])],
     package_dir={f"undertow.{p}": p for p in LAYOUT},
-    package_data={"undertow.infra": ["kafka/pom.xml", "kafka/log4j2.properties"]},
+    package_data={"undertow.infra.broker": ["kafka/pom.xml", "kafka/log4j2.properties"]},
 )

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-from undertow.infra.broker import LocalKafka, free_port_block
+from undertow.infra.broker.local import LocalKafka, free_port_block
 from undertow.streams import KafkaSettings
 
 

@@ -8,7 +8,7 @@ After the demo's SFT warm-up, for `--minutes` of the RL stage: SIGKILL a random 
 3 brokers every `--broker-every-s` and bring it back `--broker-down-s` later, and send poison
 records (undecodable bytes, a wrong schema version, invalid fields, another kind) onto
 experiences.raw from a plain producer at `--poison` of the raw traffic. Then the chaos stops, the
-feeder is stopped cleanly, the run drains and ends, and the books are checked (infra/audit.py):
+feeder is stopped cleanly, the run drains and ends, and the books are checked (tests/audit.py):
 published / trained / rejected by reason / lost / trained twice / tasks missing, restarts per
 component, and the reward before and after. Exits 1 if anything was lost, trained twice or missing,
 or if the run did not finish.
@@ -37,9 +37,9 @@ sys.path.insert(0, str(ROOT))
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 
-from undertow.infra.audit import audit  # noqa: E402
-from undertow.infra.broker import LocalKafka, free_port_block  # noqa: E402
-from undertow.infra.metrics_log import read_metrics  # noqa: E402
+from tests.audit import audit  # noqa: E402
+from undertow.infra.broker.local import LocalKafka, free_port_block  # noqa: E402
+from undertow.infra.report.metrics_log import read_metrics  # noqa: E402
 from undertow.schemas import SCHEMA_VERSION, Task, encode  # noqa: E402
 from undertow.streams import KafkaSettings, Topics  # noqa: E402
 

@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
 
-from undertow.infra.broker import LocalKafka, free_port_block  # noqa: E402
+from undertow.infra.broker.local import LocalKafka, free_port_block  # noqa: E402
 from undertow.schemas import Experience, encode  # noqa: E402
 from undertow.streams import KafkaSettings, RecordProducer, Topics, create_topics  # noqa: E402
 from undertow.trainer.config import TrainerConfig  # noqa: E402

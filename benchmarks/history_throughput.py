@@ -19,7 +19,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from undertow.infra.broker import LocalKafka, free_port_block  # noqa: E402
+from undertow.infra.broker.local import LocalKafka, free_port_block  # noqa: E402
 from undertow.schemas import Experience  # noqa: E402
 from undertow.streams import KafkaSettings, RecordProducer, RunContext, Topics, create_topics  # noqa: E402
 from undertow.streams.archive import ArchiveConfig, Archiver  # noqa: E402

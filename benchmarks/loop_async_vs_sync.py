@@ -22,7 +22,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from undertow.infra.metrics_log import read_metrics  # noqa: E402
+from undertow.infra.report.metrics_log import read_metrics  # noqa: E402
 
 
 def run_mode(base: dict, staleness: int, steps: int, workdir: Path) -> Path:

@@ -41,7 +41,7 @@ from aiokafka import AIOKafkaProducer  # noqa: E402
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth  # noqa: E402
 from kafka import KafkaConsumer, TopicPartition  # noqa: E402
 
-from undertow.infra.broker import LocalKafka, free_port_block  # noqa: E402
+from undertow.infra.broker.local import LocalKafka, free_port_block  # noqa: E402
 from undertow.schemas import Experience, encode  # noqa: E402
 from undertow.streams import KafkaSettings, RecordProducer, Topics, connect, create_topics  # noqa: E402
 

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 import yaml  # noqa: E402
 
 from benchmarks.processors_throughput import GROUP, publish, reference, shut_down, worker_run  # noqa: E402
-from undertow.infra.broker import LocalKafka, free_port_block  # noqa: E402
+from undertow.infra.broker.local import LocalKafka, free_port_block  # noqa: E402
 from undertow.streams import KafkaSettings, RecordProducer, RunContext, Topics, create_topics  # noqa: E402
 from undertow.streams.archive import ArchiveConfig, Archiver  # noqa: E402
 from undertow.streams.history import History  # noqa: E402

@@ -89,7 +89,7 @@ def main() -> None:
     if args.child:  # inside one engine's environment: one JSON line for the parent
         print(RESULT + json.dumps(measure(args.child, args.prompts, args.n, args.new_tokens)), flush=True)
         return
-    from undertow.infra.rollout_env import vllm_python
+    from undertow.infra.run.rollout_env import vllm_python
 
     results = {"transformers": run_child("transformers", sys.executable, args),
                "vllm": run_child("vllm", str(vllm_python()), args)}

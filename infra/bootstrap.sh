@@ -36,7 +36,7 @@ fi
 # Quiet when it works (setuptools is chatty about editable installs); on failure, again with the output.
 "$venv/bin/pip" install -q --no-deps --no-build-isolation -e "$root" >/dev/null 2>&1 \
   || "$venv/bin/pip" install --no-deps --no-build-isolation -e "$root"
-"$venv/bin/python" -c "from undertow.infra import kafka_dist; kafka_dist.classpath()"
+"$venv/bin/python" -c "from undertow.infra.broker import kafka_dist; kafka_dist.classpath()"
 # The report page's test opens it in a real headless browser: Debian's chromium, driven by
 # playwright (which must not download a browser of its own). Skipped where apt-get is not ours.
 if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then

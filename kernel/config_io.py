@@ -1,5 +1,5 @@
 """Reading a config file, and one error format for every stage: `source: field.path: what was expected`.
-The one model of a run file is infra/run_config.py's RunConfig."""
+The one model of a run file is infra/run/config.py's RunConfig."""
 
 from __future__ import annotations
 

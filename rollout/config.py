@@ -1,5 +1,5 @@
 """The `feeder`, `rollout` and `eval` sections of a run's YAML config (the whole file's model is
-infra/run_config.py's RunConfig)."""
+infra/run/config.py's RunConfig)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Entry points: `run(rollout, context, ...)` for the rollout workers and `feed(feeder, context, ...)` for the feeder.
 
-`undertow rollout` / `undertow feed` (infra/cli_rollout.py) and `undertow run` call these. Both stop
+`undertow rollout` / `undertow feed` (infra/cli/rollout.py) and `undertow run` call these. Both stop
 cleanly on SIGTERM / SIGINT: the current task finishes, experiences are flushed, offsets committed.
 """
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from undertow.infra.broker import LocalKafka, free_port_block
-from undertow.infra.run import latest_export
+from undertow.infra.broker.local import LocalKafka, free_port_block
+from undertow.infra.run.runner import latest_export
 from undertow.streams import BOOTSTRAP_ENV, KafkaSettings, create_topics
 from tests.run_output import DemoRun, demo_config, only_run_dir, undertow_run, wait_run
 

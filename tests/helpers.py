@@ -63,7 +63,7 @@ def write_config(path: Path, namespace: str, **sections: Any) -> Path:
 def load_run(path: Path, kafka: KafkaSettings | None = None) -> tuple[Any, RunContext]:
     """What a component command makes of the config at `path`: the run config, and the context its
     component is given, on the test cluster `kafka`."""
-    from undertow.infra.run_config import load_component_config
+    from undertow.infra.run.config import load_component_config
 
     cfg = load_component_config(path)
     return cfg, RunContext(namespace=cfg.namespace, kafka=kafka or cfg.kafka, model=cfg.model)

@@ -118,7 +118,7 @@ SHIPPED_CONFIGS = 7  # examples/**/*.yaml: a config added or removed must be cou
 
 
 def test_every_shipped_config_loads_and_builds_its_pipelines():
-    from undertow.infra.run_config import load_run_config, stage_mapping
+    from undertow.infra.run.config import load_run_config, stage_mapping
     from undertow.processors.config import ProcessorsConfig
     from undertow.processors.pipeline import Pipeline
 
@@ -153,4 +153,4 @@ def test_the_wheel_holds_one_top_level_package_with_every_module(tmp_path):
     sources = {f"undertow/{p.relative_to(ROOT).as_posix()}" for package in PACKAGES
                for p in (ROOT / package).rglob("*.py") if "__pycache__" not in p.parts}
     assert sources - set(names) == set(), "modules left out of the wheel"
-    assert {"undertow/infra/kafka/pom.xml", "undertow/infra/kafka/log4j2.properties"} <= set(names)
+    assert {"undertow/infra/broker/kafka/pom.xml", "undertow/infra/broker/kafka/log4j2.properties"} <= set(names)

@@ -1,6 +1,6 @@
 """trainer — the DeepSpeed trainer: consumes `experiences.ready`, learns, broadcasts weights.
 
-`undertow train CONFIG` (infra/cli_trainer.py) calls `trainer.runner.run`. Algorithms live in
+`undertow train CONFIG` (infra/cli/trainer.py) calls `trainer.runner.run`. Algorithms live in
 `trainer.algorithms` (registries of small functions); nothing outside `ready_intake.py` and `runner.py`
 knows about Kafka.
 """

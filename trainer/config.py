@@ -1,4 +1,4 @@
-"""The `trainer:` section of a run config (the whole file's model is infra/run_config.py's RunConfig)."""
+"""The `trainer:` section of a run config (the whole file's model is infra/run/config.py's RunConfig)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 SOURCE_LABELS = ("worker", "event", "child", "watcher")  # labels that tell two series of one component apart
 
 
-class VersionClock:
+class PlotStep:
     """The policy version to plot an event at: its own step (the trainer's step is its version, a
     worker's the version it generates with), else the newest version reported before it."""
 
@@ -56,7 +56,7 @@ class Monitor:
         self.cfg, self.kafka, self.topics = cfg, context.kafka, context.topics
         self.context = SinkContext(Path(cfg.dir), cfg.run or namespace, cfg.stage, namespace)
         self.sinks: list[Sink] = [sinks.resolve(entry)(self.context) for entry in cfg.sinks]
-        self.clock = VersionClock()
+        self.clock = PlotStep()
         self.stats = MonitorStats()
 
     def run(self, stop: Callable[[], bool], idle_timeout_s: float | None = None) -> MonitorStats:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from undertow.infra.metrics_log import read_metrics
+from undertow.infra.report.metrics_log import read_metrics
 from tests.run_output import demo_config, only_run_dir, undertow_run, wait_run
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]

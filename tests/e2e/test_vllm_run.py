@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from undertow.infra.metrics_log import read_metrics
-from undertow.infra.rollout_env import vllm_python
+from undertow.infra.report.metrics_log import read_metrics
+from undertow.infra.run.rollout_env import vllm_python
 from tests.run_output import only_run_dir, undertow_run, wait_run
 from tests.vllm.tiny_llama import save_tiny_llama
 

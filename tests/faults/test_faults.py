@@ -4,7 +4,7 @@ One RL run from the demo's SFT warm-up on a finite taskset (the stage ends once 
 drained everything) SIGKILLs the rollout worker, the trainer and the processors (each its whole
 process group, as if its machine died), one after another with the run recovering in between, then
 kills one broker and brings it back. The experience log is then checked against the trainer's ledger
-(infra/audit.py): every experience id published is trained exactly once or sits in the rejected
+(tests/audit.py): every experience id published is trained exactly once or sits in the rejected
 topic with a reason — none lost, none trained twice —, every task of the taskset reached the raw
 topic, and the policy kept improving through the faults.
 """
@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from undertow.infra.audit import audit
-from undertow.infra.broker import LocalKafka, free_port_block
-from undertow.infra.metrics_log import read_metrics
+from tests.audit import audit
+from undertow.infra.broker.local import LocalKafka, free_port_block
+from undertow.infra.report.metrics_log import read_metrics
 from undertow.rollout.feeder import item_key
 from undertow.schemas import WeightUpdate
 from undertow.streams import KafkaSettings, Topics

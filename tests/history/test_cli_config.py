@@ -7,7 +7,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from undertow.infra.cli import app
-from undertow.infra.run_config import RunConfig
+from undertow.infra.run.config import RunConfig
 
 
 def run(*args: str):

@@ -1,4 +1,4 @@
-"""The books of a run (infra/audit.py) on the real broker: each way an experience or a task can go
+"""The books of a run (tests/audit.py) on the real broker: each way an experience or a task can go
 astray is counted as such, and poison on the raw topic is counted, not fatal."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from undertow.infra.audit import audit
+from tests.audit import audit
 from undertow.schemas import Experience, Task
 from undertow.streams import RecordProducer, Topics
 

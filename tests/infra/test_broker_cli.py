@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from undertow.infra.broker import free_port_block
+from undertow.infra.broker.local import free_port_block
 from undertow.schemas import Task
 from undertow.streams import CATALOG, KafkaSettings, RecordConsumer, RecordProducer, Topics
 

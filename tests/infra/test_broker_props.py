@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from undertow.infra.broker import LocalKafka, _cluster_id
+from undertow.infra.broker.local import LocalKafka, _cluster_id
 
 
 def props(local: LocalKafka, node_id: int) -> dict[str, str]:

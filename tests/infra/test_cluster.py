@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from undertow.infra.broker import LocalKafka, free_port_block
+from undertow.infra.broker.local import LocalKafka, free_port_block
 from undertow.schemas import Task
 from undertow.streams import KafkaSettings, RecordConsumer, RecordProducer, Topics, create_topics, describe_topics
 

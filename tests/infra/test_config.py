@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from undertow.infra.config import ConfigError
-from undertow.infra.run_config import load_component_config
+from undertow.kernel.config_io import ConfigError
+from undertow.infra.run.config import load_component_config
 
 
 def test_config_sections_are_read(tmp_path):

@@ -1,4 +1,4 @@
-"""The rules between sections (infra/config_rules.py), each broken once through `undertow config
+"""The rules between sections (infra/run/rules.py), each broken once through `undertow config
 check`: exit 2, naming the fields in conflict; and a neighbouring config that keeps the rule passes."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from undertow.infra.cli import app
-from undertow.infra.config_rules import RULES
+from undertow.infra.run.rules import RULES
 from tests.helpers import write_config
 
 ON_POLICY = {"rollout": {"max_staleness": 0}, "trainer": {"batching": {"max_staleness": 0}}}
@@ -53,7 +53,7 @@ def check(tmp_path: Path, sections: dict) -> tuple[int, str]:
 
 
 def test_every_rule_is_broken_here():
-    assert list(CASES) == list(RULES)  # a rule added to infra/config_rules.py needs its case here
+    assert list(CASES) == list(RULES)  # a rule added to infra/run/rules.py needs its case here
 
 
 @pytest.mark.parametrize("rule", list(CASES))
@@ -79,9 +79,9 @@ def test_a_component_command_keeps_every_rule_but_the_whole_runs(tmp_path):
     """`undertow train` on a namespace `undertow replay --shape dpo_pairs` filled is how DPO runs: the
     objective rule is about what `undertow run` wires, so a component command is not bound by it;
     the rules about one stage's processes (here the temperatures) bind it like the run."""
-    from undertow.infra.config import ConfigError
-    from undertow.infra.config_rules import WHOLE_RUN
-    from undertow.infra.run_config import load_component_config
+    from undertow.kernel.config_io import ConfigError
+    from undertow.infra.run.rules import WHOLE_RUN
+    from undertow.infra.run.config import load_component_config
 
     assert WHOLE_RUN == {"objective_trains_on_what_the_processors_write"}
     dpo = write_config(tmp_path / "dpo.yaml", "lab", trainer={"algorithm": {"objective": "dpo"}})

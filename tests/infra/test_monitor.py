@@ -13,8 +13,8 @@ import yaml
 
 from undertow.infra.monitor import MissingExtra, Monitor, MonitorConfig, SinkContext, sinks
 from undertow.infra.monitor.sinks import EXTRA
-from undertow.infra.run import Run
-from undertow.infra.run_config import RunConfig
+from undertow.infra.run.runner import Run
+from undertow.infra.run.config import RunConfig
 from undertow.schemas import MetricEvent
 from undertow.streams import RunContext, Topics
 from tests.helpers import ROOT, cli, produce
@@ -154,7 +154,7 @@ def test_run_starts_a_monitor_only_when_the_section_names_sinks(monkeypatch, kaf
         def stop(self, names=None, **timeouts):
             pass
 
-    monkeypatch.setattr("undertow.infra.run.Supervisor", RecordingSupervisor)
+    monkeypatch.setattr("undertow.infra.run.runner.Supervisor", RecordingSupervisor)
     monkeypatch.setattr(Run, "_watch", lambda self, sup, watch, recorder: ("done", ""))
     for sinks_ in ([], ["tensorboard"]):
         started.clear()

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from undertow.infra.report import write_report
-from undertow.infra.report_series import smooth, smoothing_weight
+from undertow.infra.report.writer import write_report
+from undertow.infra.report.series import smooth, smoothing_weight
 from undertow.schemas import Experience, Rejected
 from undertow.streams.archive_store import ArchivedMessage, ArchiveStore
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from undertow.infra.config import ConfigError
-from undertow.infra.restarts import RestartBudget, describe_exit, last_line
-from undertow.infra.run_config import RestartPolicy, RunSection, load_run_config
+from undertow.kernel.config_io import ConfigError
+from undertow.infra.run.restarts import RestartBudget, describe_exit, last_line
+from undertow.infra.run.config import RestartPolicy, RunSection, load_run_config
 
 
 def test_five_crashes_in_the_window_are_restarted_and_the_sixth_fails():

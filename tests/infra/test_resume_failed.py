@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from undertow.infra.audit import audit
+from tests.audit import audit
 from tests.e2e.test_loop import ROOT, only_run_dir, trainer_rows, undertow_run
 from tests.run_output import stop_run, wait_run
 

@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from undertow.infra.metrics_log import MetricsRecorder, RunEvents, read_metrics
-from undertow.infra.run import Run, StageWatch
-from undertow.infra.run_config import RunConfig
-from undertow.infra.supervisor import Supervisor
+from undertow.infra.report.metrics_log import MetricsRecorder, RunEvents, read_metrics
+from undertow.infra.run.runner import Run, StageWatch
+from undertow.infra.run.config import RunConfig
+from undertow.infra.run.supervisor import Supervisor
 
 pytestmark = [pytest.mark.broker]
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from undertow.infra.run_status import find_running_run, run_status
+from undertow.infra.run.status import find_running_run, run_status
 from undertow.schemas import Rejected
 from undertow.streams import BOOTSTRAP_ENV, RunContext, Topics, create_topics
 from undertow.streams.archive import ArchiveConfig, Archiver

@@ -4,7 +4,7 @@ LoRA; the held-out set is >= 200 different problems none of which training can d
 
 from pathlib import Path
 
-from undertow.infra.run_config import load_component_config, load_run_config, stage_mapping
+from undertow.infra.run.config import load_component_config, load_run_config, stage_mapping
 from undertow.kernel.models.sources import model_sources
 from undertow.processors.config import ProcessorsConfig
 from undertow.processors.pipeline import Pipeline

@@ -7,8 +7,8 @@ import json
 import pytest
 from kafka import TopicPartition
 
-from undertow.infra.report import collect, write_report
-from undertow.infra.status import namespace_status
+from undertow.infra.report.writer import collect, write_report
+from undertow.infra.report.namespace import namespace_status
 from undertow.schemas import Task, chunk_weights
 from undertow.streams import RecordConsumer, RecordProducer, Topics
 

@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 
-from undertow.infra.supervisor import Supervisor
+from undertow.infra.run.supervisor import Supervisor
 from tests.helpers import wait_for
 
 

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from undertow.infra.tail import Condition, tail
+from undertow.infra.report.tail import Condition, tail
 from undertow.schemas import MetricEvent, Rejected, encode
 from undertow.streams import RecordProducer, Topics
 from tests.helpers import cli, exp, produce, start_cli, wait_for

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from undertow.kernel.models import gguf
 from undertow.kernel.progress import progress
-from undertow.infra.run_config import RunConfig
+from undertow.infra.run.config import RunConfig
 from undertow.rollout.engines import build_engine
 from undertow.rollout.evaluation import Evaluator
 from undertow.schemas import MetricEvent

@@ -18,7 +18,7 @@ from faust.transport.drivers.aiokafka import Consumer
 import undertow.processors.runner as runner
 import undertow.streams.faust.books as faust_books
 import undertow.streams.faust.worker as faust_worker
-from undertow.infra.cli_common import component
+from undertow.infra.cli.common import component
 
 
 def losing(base: type[Consumer], partition: int) -> type[Consumer]:

@@ -6,7 +6,7 @@ import yaml
 from typer.testing import CliRunner
 
 from undertow.infra.cli import app
-from undertow.infra.run_config import load_component_config
+from undertow.infra.run.config import load_component_config
 
 ROOT = Path(__file__).resolve().parents[2]
 

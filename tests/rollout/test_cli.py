@@ -10,7 +10,7 @@ import pytest
 
 from undertow.schemas import Experience, Task
 from undertow.streams import Topics
-from undertow.infra.run_config import load_component_config
+from undertow.infra.run.config import load_component_config
 from undertow.rollout.feed_runner import build_sampler
 from tests.helpers import env, read_all
 

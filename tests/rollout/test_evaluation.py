@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from undertow.kernel.models import ModelSpec, build_model, weights_to_bytes
-from undertow.infra.run_config import RunConfig
+from undertow.infra.run.config import RunConfig
 from undertow.rollout.engines import build_engine
 from undertow.rollout.eval_runner import follow
 from undertow.rollout.evaluation import Evaluator, pass_at_k

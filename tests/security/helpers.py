@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from undertow.infra.broker import LocalKafka
+from undertow.infra.broker.local import LocalKafka
 from undertow.schemas import Experience
 from undertow.streams import KafkaSettings, RecordProducer, Topics
 from tests.helpers import group

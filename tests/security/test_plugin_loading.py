@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from undertow.infra.run_config import load_component_config
+from undertow.infra.run.config import load_component_config
 from undertow.kernel.config_io import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # lazily), then the config under test, and print what that second load imported.
 LOAD_TWICE = """
 import json, sys
-from undertow.infra.run_config import load_component_config
+from undertow.infra.run.config import load_component_config
 load_component_config(sys.argv[1])
 before = set(sys.modules)
 load_component_config(sys.argv[2])

@@ -12,7 +12,7 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
-from undertow.infra.broker import LocalKafka, free_port_block
+from undertow.infra.broker.local import LocalKafka, free_port_block
 from undertow.schemas import Task
 from undertow.streams import (CATALOG, KafkaSettings, KafkaUnreachable, RecordConsumer, RecordProducer, Topics,
                      create_topics, list_topics, record_counts)

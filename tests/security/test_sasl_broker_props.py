@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from undertow.infra.broker import LocalKafka
+from undertow.infra.broker.local import LocalKafka
 from undertow.infra.cli import app
 from tests.security.helpers import props
 

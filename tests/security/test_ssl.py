@@ -16,9 +16,9 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
-from undertow.infra.broker import LocalKafka, free_port_block
-from undertow.infra.certificates import make_certificates
-from undertow.infra.config import resolve_kafka
+from undertow.infra.broker.local import LocalKafka, free_port_block
+from undertow.infra.broker.certificates import make_certificates
+from undertow.infra.broker.resolve import resolve_kafka
 from undertow.schemas import Task, encode
 from undertow.streams import (CATALOG, KafkaSettings, KafkaUnreachable, RecordConsumer, RecordProducer, Topics,
                      create_topics, list_topics, record_counts)

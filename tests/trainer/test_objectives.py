@@ -10,7 +10,7 @@ from undertow.kernel.models import build_model
 from undertow.schemas import PreferencePair
 from undertow.schemas.logprobs import sequence_logprobs
 from undertow.trainer.batch import pack_sequences
-from undertow.infra.run_config import RunConfig
+from undertow.infra.run.config import RunConfig
 from undertow.trainer.config import AlgorithmConfig
 from undertow.trainer.objectives import objectives
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from undertow.infra.run import Run
-from undertow.infra.run_config import RunConfig
-from undertow.infra.supervisor import Supervisor
+from undertow.infra.run.runner import Run
+from undertow.infra.run.config import RunConfig
+from undertow.infra.run.supervisor import Supervisor
 
 pytestmark = [pytest.mark.broker]  # a stage creates its topics and records its metrics
 

@@ -1,0 +1,364 @@
+"""A local Apache Kafka in KRaft mode: one node, or a 3-node cluster on loopback.
+
+Every node is a combined broker + controller. The cluster's layout (ports, cluster id) is kept in
+`<data>/cluster.json`, so `down` then `up` with the same data directory brings the same cluster
+back with its data, and `status` / `down` work from another process. With `sasl_users` the client
+listener asks for a SASL/PLAIN login; with `tls` it speaks TLS with a certificate from a CA made for this
+data directory (both: SASL_SSL). The controller listener stays on loopback PLAINTEXT.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from undertow.infra.broker import kafka_dist
+from undertow.infra.broker.certificates import KEYSTORE_PASSWORD, make_certificates
+from undertow.streams.settings import KafkaSettings
+
+STATE_FILE = "cluster.json"
+TLS_DIR = "tls"
+
+
+@dataclass
+class Node:
+    """One KRaft node: a broker listener and a controller listener on loopback."""
+
+    node_id: int
+    port: int
+    controller_port: int
+    pid: int | None = None
+
+
+@dataclass
+class ClusterState:
+    cluster_id: str
+    nodes: list[Node]
+    kafka_version: str
+    extra: dict[str, str] = field(default_factory=dict)
+    sasl_users: dict[str, str] = field(default_factory=dict)  # user -> password; empty: no login
+    tls: bool = False  # the client listener speaks TLS (certificates in <data>/tls)
+
+
+def free_port_block(count: int, start: int = 20000, stop: int = 60000) -> int:
+    """A base port such that base .. base+count-1 are all free on loopback."""
+    for base in range(start + os.getpid() % 997 * 7, stop, count + 3):
+        if all(_port_free(base + i) for i in range(count)):
+            return base
+    raise RuntimeError("no free block of ports on 127.0.0.1")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"kafka.Kafka" in cmdline  # guards against a recycled pid
+
+
+class LocalKafka:
+    """Start, stop and inspect a KRaft cluster of `nodes` nodes whose data lives in `data_dir`.
+
+    Node i (0-based) listens on `port + 2i` (clients) and `port + 2i + 1` (controller).
+    With 3 nodes topics get replication factor 3 and min.insync.replicas 2. `sasl_users` (user ->
+    password) turns the client listener into SASL_PLAINTEXT with mechanism PLAIN; `tls` turns it into
+    SSL (SASL_SSL with users), its certificate signed by a CA kept in `<data_dir>/tls/ca.pem`.
+    """
+
+    def __init__(self, data_dir: str | Path, port: int = 9092, nodes: int = 1, heap: str = "512m",
+                 extra: dict[str, str] | None = None, sasl_users: dict[str, str] | None = None,
+                 tls: bool = False):
+        self.data_dir = Path(data_dir).resolve()
+        self.heap = heap
+        state = self._load()
+        if state is None:
+            if nodes not in (1, 3):
+                raise ValueError(f"nodes: expected 1 or 3, got {nodes}")
+            _check_sasl_users(sasl_users or {})
+            state = ClusterState(
+                cluster_id=_cluster_id(),
+                nodes=[Node(i + 1, port + 2 * i, port + 2 * i + 1) for i in range(nodes)],
+                kafka_version=kafka_dist.kafka_version(),
+                extra=dict(extra or {}),
+                sasl_users=dict(sasl_users or {}),
+                tls=tls,
+            )
+        self.state = state
+
+    # -- what callers read ------------------------------------------------------------------
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{n.port}" for n in self.state.nodes)
+
+    @property
+    def listener(self) -> str:
+        """The client listener's name, which is also its security protocol."""
+        return ("SASL_" if self.state.sasl_users else "") + ("SSL" if self.state.tls else "PLAINTEXT")
+
+    @property
+    def ca_file(self) -> Path:
+        """The PEM certificate of the CA that signed the brokers' certificate (with `tls`)."""
+        return self.data_dir / TLS_DIR / "ca.pem"
+
+    def settings(self) -> KafkaSettings:
+        """Client settings for this cluster; with SASL, logged in as the first user; with TLS, trusting its CA."""
+        kw: dict = {"bootstrap_servers": self.bootstrap_servers, "security_protocol": self.listener}
+        if self.state.tls:
+            kw["ssl_cafile"] = str(self.ca_file)
+        if self.state.sasl_users:
+            user, password = next(iter(self.state.sasl_users.items()))
+            kw.update(sasl_mechanism="PLAIN", sasl_username=user, sasl_password=password)
+        return KafkaSettings(**kw)
+
+    @property
+    def replication_factor(self) -> int:
+        return min(3, len(self.state.nodes))
+
+    def running_nodes(self) -> list[int]:
+        """Ids of nodes whose JVM is alive."""
+        return [n.node_id for n in self.state.nodes if _alive(n.pid)]
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self, timeout: float = 120.0) -> "LocalKafka":
+        """Format storage if new, launch every node that is not running, wait until all serve."""
+        cp = kafka_dist.classpath()
+        if self.state.tls and not self.ca_file.exists():
+            make_certificates(self.data_dir / TLS_DIR)
+        for node in self.state.nodes:
+            if not _alive(node.pid):
+                self._launch(node, cp)
+        self._save()
+        self.wait_ready(timeout)
+        return self
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop every node cleanly (SIGTERM, controlled shutdown), SIGKILL past the timeout."""
+        for node in reversed(self.state.nodes):
+            self._signal(node, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for node in self.state.nodes:
+            self._reap(node, deadline)
+        self._save()
+
+    def stop_node(self, node_id: int, kill: bool = False, timeout: float = 60.0) -> None:
+        """Stop one node: SIGTERM for a clean shutdown, or SIGKILL to simulate a crash."""
+        node = self._node(node_id)
+        self._signal(node, signal.SIGKILL if kill else signal.SIGTERM)
+        self._reap(node, time.monotonic() + timeout)
+        self._save()
+
+    def start_node(self, node_id: int, timeout: float = 120.0) -> None:
+        """Bring one stopped node back and wait until the whole cluster serves again."""
+        node = self._node(node_id)
+        if not _alive(node.pid):
+            self._launch(node, kafka_dist.classpath())
+            self._save()
+        self.wait_ready(timeout)
+
+    def wait_ready(self, timeout: float) -> None:
+        """Block until every running node answers metadata requests and sees all running peers."""
+        from undertow.streams.admin import serving_brokers
+
+        deadline = time.monotonic() + timeout
+        want = set(self.running_nodes())
+        last_error: Exception | None = None
+        while time.monotonic() < deadline:
+            died = sorted(want - set(self.running_nodes()))
+            if died:
+                logs = "".join(self._node_dir(self._node(i)).joinpath("stdout.log").read_text()[-2000:] for i in died)
+                raise RuntimeError(f"Kafka node(s) {died} exited while starting; see "
+                                   f"{self.data_dir}/node-*/server.log\n{logs}")
+            try:
+                # A short reconnect backoff: kafka-python's grows to 30 s while the port is still closed.
+                seen = serving_brokers(self.settings(), request_timeout_ms=5000, reconnect_backoff_max_ms=500)
+                if want <= seen:
+                    return
+                last_error = RuntimeError(f"brokers registered {sorted(seen)}, waiting for {sorted(want)}")
+            except Exception as e:  # noqa: BLE001 — any failure here means "not ready yet"
+                last_error = e
+            time.sleep(0.5)
+        raise TimeoutError(f"Kafka at {self.bootstrap_servers} not ready after {timeout:.0f}s: {last_error}; "
+                           f"see {self.data_dir}/node-*/server.log")
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _node(self, node_id: int) -> Node:
+        for node in self.state.nodes:
+            if node.node_id == node_id:
+                return node
+        raise ValueError(f"node_id: no node {node_id} (have {[n.node_id for n in self.state.nodes]})")
+
+    def _node_dir(self, node: Node) -> Path:
+        return self.data_dir / f"node-{node.node_id}"
+
+    def _launch(self, node: Node, cp: str) -> None:
+        ndir = self._node_dir(node)
+        (ndir / "log").mkdir(parents=True, exist_ok=True)
+        props = ndir / "server.properties"
+        props.write_text(self._properties(node))
+        if not (ndir / "log" / "meta.properties").exists():
+            self._format(props, cp)
+        cmd = [kafka_dist.java(), f"-Xmx{self.heap}", "-Xms64m", "-XX:+UseSerialGC", "-Djava.awt.headless=true",
+               f"-Dlog4j2.configurationFile={kafka_dist.LOG4J_CONFIG}", f"-Dundertow.log.file={ndir / 'server.log'}",
+               "-cp", cp, "kafka.Kafka", str(props)]
+        with open(ndir / "stdout.log", "ab") as out:
+            # A session of its own: the broker outlives `undertow broker up` and ignores the CLI's Ctrl-C.
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        # Popen returns once exec has begun, but the kernel fills in /proc/<pid>/cmdline a moment
+        # later; until then _alive reads the new node as dead and start() would not wait for it.
+        deadline = time.monotonic() + 10
+        while not _alive(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        node.pid = proc.pid
+
+    def _format(self, props: Path, cp: str) -> None:
+        proc = subprocess.run([kafka_dist.java(), "-Xmx256m", f"-Dlog4j2.configurationFile={kafka_dist.LOG4J_CONFIG}",
+                               f"-Dundertow.log.file={props.parent / 'format.log'}", "-cp", cp,
+                               "kafka.tools.StorageTool", "format", f"--cluster-id={self.state.cluster_id}", "-c", str(props)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"formatting {props.parent} failed:\n{proc.stdout}{proc.stderr}")
+
+    def _properties(self, node: Node) -> str:
+        n = len(self.state.nodes)
+        voters = ",".join(f"{x.node_id}@127.0.0.1:{x.controller_port}" for x in self.state.nodes)
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": node.node_id,
+            "controller.quorum.voters": voters,
+            "listeners": f"{self.listener}://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": f"{self.listener}://127.0.0.1:{node.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": self.listener,
+            "listener.security.protocol.map": f"{self.listener}:{self.listener},CONTROLLER:PLAINTEXT",
+            "log.dirs": self._node_dir(node) / "log",
+            "default.replication.factor": self.replication_factor,
+            "min.insync.replicas": 2 if n >= 3 else 1,
+            "offsets.topic.replication.factor": self.replication_factor,
+            "transaction.state.log.replication.factor": self.replication_factor,
+            "transaction.state.log.min.isr": 2 if n >= 3 else 1,
+            "share.coordinator.state.topic.replication.factor": self.replication_factor,
+            "share.coordinator.state.topic.min.isr": 2 if n >= 3 else 1,
+            "unclean.leader.election.enable": "false",
+            # Topics come from the catalog (streams/topics.py); a typo must fail, not create a topic.
+            "auto.create.topics.enable": "false",
+            # Tests and the local loop start many fresh consumer groups; the default 3 s delay adds up.
+            "group.initial.rebalance.delay.ms": 0,
+            # Weight chunks and long multi-turn experiences are larger than Kafka's 1 MB default.
+            "message.max.bytes": 20 << 20,
+            "replica.fetch.max.bytes": 20 << 20,
+            "num.network.threads": 2,
+            "num.io.threads": 4,
+            "num.partitions": 1,
+            "offsets.topic.num.partitions": 8,
+            **self._sasl_properties(),
+            **self._tls_properties(),
+            **self.state.extra,
+        }
+        return "".join(f"{k}={v}\n" for k, v in props.items())
+
+    def _sasl_properties(self) -> dict[str, str]:
+        """PLAIN accounts on the client listener; brokers replicate over it logged in as the first user."""
+        if not self.state.sasl_users:
+            return {}
+        user, password = next(iter(self.state.sasl_users.items()))
+        accounts = " ".join(f'user_{u}="{p}"' for u, p in self.state.sasl_users.items())
+        return {
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            f"listener.name.{self.listener.lower()}.plain.sasl.jaas.config":
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                f'username="{user}" password="{password}" {accounts};',
+        }
+
+    def _tls_properties(self) -> dict[str, str]:
+        """The broker's key and certificate; the CA is trusted too, since brokers replicate over TLS."""
+        if not self.state.tls:
+            return {}
+        tls = self.data_dir / TLS_DIR
+        return {
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.location": str(tls / "broker.p12"),
+            "ssl.keystore.password": KEYSTORE_PASSWORD,
+            "ssl.key.password": KEYSTORE_PASSWORD,
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.ca_file),
+        }
+
+    def _signal(self, node: Node, sig: int) -> None:
+        if _alive(node.pid):
+            os.kill(node.pid, sig)
+
+    def _reap(self, node: Node, deadline: float) -> None:
+        while _alive(node.pid) and time.monotonic() < deadline:
+            _waitpid(node.pid)
+            time.sleep(0.1)
+        if _alive(node.pid):
+            os.kill(node.pid, signal.SIGKILL)
+            time.sleep(0.2)
+            _waitpid(node.pid)
+        node.pid = None
+
+    def _load(self) -> ClusterState | None:
+        path = self.data_dir / STATE_FILE
+        if not path.exists():
+            return None
+        raw = json.loads(path.read_text())
+        return ClusterState(cluster_id=raw["cluster_id"], nodes=[Node(**n) for n in raw["nodes"]],
+                            kafka_version=raw["kafka_version"], extra=raw.get("extra", {}),
+                            sasl_users=raw.get("sasl_users", {}), tls=raw.get("tls", False))
+
+    def _save(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.state.sasl_users or self.state.tls:  # passwords and the broker's key sit in there
+            self.data_dir.chmod(0o700)
+        (self.data_dir / STATE_FILE).write_text(json.dumps(asdict(self.state), indent=2))
+
+
+def _check_sasl_users(users: dict[str, str]) -> None:
+    """Names and passwords go into a JAAS line inside a properties file: keep them free of its syntax."""
+    for user, password in users.items():
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", user):
+            raise ValueError(f"sasl_users: user name {user!r} may hold only letters, digits, '.', '_' and '-'")
+        if not password or re.search(r'["\\\s]', password):
+            raise ValueError(f"sasl_users: password of {user!r} must be non-empty, without quotes, "
+                             "backslashes or whitespace")
+
+
+def _waitpid(pid: int) -> None:
+    """Reap our own child so it does not linger as a zombie (which /proc still shows)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def _cluster_id() -> str:
+    """16 random bytes in URL-safe base64, as Kafka's own; never starting with '-' (read as a flag)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid

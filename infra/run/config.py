@@ -1,0 +1,173 @@
+"""The one model of a run file: the shared header (namespace, kafka, model), one section per
+component, and the run's own settings. `undertow run` and every component command read it."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from undertow.kernel.config_io import ConfigError, load_yaml, validation_message
+from undertow.infra.run.rules import problems
+from undertow.infra.monitor import MonitorConfig
+from undertow.processors.config import ProcessorsConfig
+from undertow.rollout.config import EvalConfig, FeederConfig, RolloutConfig
+from undertow.kernel.models import ModelSpec
+from undertow.streams import NAMESPACE_PATTERN, KafkaSettings
+from undertow.streams.archive import ArchiveConfig
+from undertow.trainer.config import TrainerConfig
+from undertow.watchers.config import Entry as WatcherEntry, checked_watchers
+
+SECTIONS = ("model", "feeder", "rollout", "processors", "trainer")
+
+
+class RunStage(BaseModel):
+    """One stage of a multi-stage run (e.g. an SFT warm-up, then RL): its length and what it changes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]+$", description="stage name: its topics are <namespace>-<name>.*")
+    steps: int = Field(ge=1, description="trainer steps in this stage")
+    model: dict[str, Any] = Field(default_factory=dict, description="overrides of the model section")
+    feeder: dict[str, Any] = Field(default_factory=dict, description="overrides of the feeder section")
+    rollout: dict[str, Any] = Field(default_factory=dict, description="overrides of the rollout section")
+    processors: dict[str, Any] = Field(default_factory=dict, description="overrides of the processors section")
+    trainer: dict[str, Any] = Field(default_factory=dict, description="overrides of the trainer section")
+
+
+class RestartPolicy(BaseModel):
+    """`run.restarts:` — a crashed component is restarted unless it crashed too often lately.
+
+    A rate, not a lifetime count: a run meant to last days survives any number of crashes spread
+    over time, and fails only when one component crashes more than `max` times within `window_s`.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    max: int = Field(5, ge=0, description="crashes of one component allowed within window_s; "
+                                          "one more fails the run (0: the first crash does)")
+    window_s: float = Field(600.0, gt=0, description="the sliding window crashes are counted in, seconds")
+    backoff_s: float = Field(1.0, ge=0, description="wait before restarting after a crash; doubles with "
+                                                    "each further crash of that component in the window")
+    backoff_max_s: float = Field(30.0, ge=0, description="longest wait before a restart")
+
+
+class RunSection(BaseModel):
+    """`run:` — how `undertow run` supervises the stages."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field("run", pattern=r"^[A-Za-z0-9_-]+$", description="run name: prefix of the run directory")
+    dir: str = Field("runs", description="where run directories are made")
+    steps: int | None = Field(None, ge=1, description="trainer steps of a single-stage run (null: until Ctrl-C)")
+    stages: list[RunStage] = Field(default_factory=list, description="stages run in order; empty: one stage")
+    processor_workers: int = Field(1, ge=1, description="Faust processor workers")
+    trainer_processes: int = Field(1, ge=1, description="data-parallel trainer ranks (`undertow train --nproc`)")
+    live: bool = Field(True, description="show the live view in the terminal")
+    refresh_s: float = Field(1.0, gt=0, description="live view refresh period")
+    archive: bool = Field(False, description="also run `undertow archive` (the archive section) beside each stage")
+    restarts: RestartPolicy = Field(default_factory=RestartPolicy,
+                                    description="restart policy; an int N is short for {max: N} (older configs)")
+    idle_timeout_s: float | None = Field(None, gt=0, description="finite tasksets: once all are published, end the "
+                                                                  "stage when the trainer has not stepped this long")
+
+    @field_validator("restarts", mode="before")
+    @classmethod
+    def _count_is_a_max(cls, value: Any) -> Any:
+        # Configs written before the policy was a rate said `restarts: 3`; bool is an int too, refuse it.
+        if isinstance(value, int) and not isinstance(value, bool):
+            return {"max": value}
+        return value
+
+
+class RunConfig(BaseModel):
+    """A whole run: cluster, model, each stage's section, and the run's own settings."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    namespace: str = Field("undertow", pattern=NAMESPACE_PATTERN, description="topic namespace (stages add -<stage name>)")
+    kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="brokers; none: a local one is started")
+    model: ModelSpec = Field(default_factory=ModelSpec, description="the policy model")
+    feeder: FeederConfig = Field(default_factory=FeederConfig, description="the task feeder")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="the rollout workers")
+    processors: ProcessorsConfig = Field(default_factory=ProcessorsConfig, description="the stream processors")
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="the trainer")
+    archive: ArchiveConfig = Field(default_factory=ArchiveConfig, description="the Parquet archive (with run.archive)")
+    eval: EvalConfig = Field(default_factory=EvalConfig, description="held-out evaluation; `undertow run` starts "
+                                                                     "`undertow eval` when it names tasksets")
+    monitor: MonitorConfig = Field(default_factory=MonitorConfig, description="metric sinks; `undertow run` starts "
+                                                                              "`undertow monitor` when it names any")
+    watchers: list[WatcherEntry] = Field(default_factory=list, description="stream watchers (a name, a dotted path, "
+                                         "or {name: …, **kwargs}); `undertow run` starts `undertow watch` when it names any")
+    run: RunSection = Field(default_factory=RunSection, description="supervision")
+
+    @field_validator("watchers")
+    @classmethod
+    def _watchers_build(cls, entries: list[WatcherEntry]) -> list[WatcherEntry]:
+        return checked_watchers(entries)  # unknown names and arguments fail here, naming watchers.N
+
+    @model_validator(mode="after")
+    def _sections_agree(self, info: ValidationInfo) -> "RunConfig":
+        """The rules between sections (infra/run/rules.py): each names both fields and why."""
+        found = problems(self, whole_run=not (info.context or {}).get("component"))
+        if found:
+            raise ValueError("; ".join(found))
+        return self
+
+
+def load_run_config(path: str | Path) -> tuple[RunConfig, dict[str, Any]]:
+    """The validated config and its raw mapping (stages are merged from the raw one)."""
+    raw = load_yaml(path)
+    config = _validated(path, raw)
+    for index, stage in enumerate(config.run.stages):
+        try:
+            stage_config(raw, stage)
+        except ValidationError as e:
+            raise ConfigError(validation_message(f"{path}: run.stages.{index} ({stage.name})", e)) from None
+    return config, raw
+
+
+def load_component_config(path: str | Path) -> RunConfig:
+    """What a component command (`undertow train`, `rollout`, …) reads: the same model and rules as
+    `undertow run`, but for those about how a run wires its stages (config_rules.WHOLE_RUN)."""
+    return _validated(path, load_yaml(path), component=True)
+
+
+def _validated(path: str | Path, raw: dict[str, Any], **context: Any) -> RunConfig:
+    try:
+        return RunConfig.model_validate(raw, context=context)
+    except ValidationError as e:
+        raise ConfigError(validation_message(str(path), e)) from None
+
+
+def stage_config(raw: dict[str, Any], stage: RunStage | None) -> RunConfig:
+    """One stage's effective config: the run's sections with the stage's overrides, validated."""
+    return RunConfig.model_validate(stage_mapping(raw, stage))
+
+
+def stage_mapping(raw: dict[str, Any], stage: RunStage | None) -> dict[str, Any]:
+    """The run's raw config with one stage's overrides merged into its sections."""
+    merged = copy.deepcopy(raw)
+    if stage is None:
+        return merged
+    for section in SECTIONS:
+        merged[section] = deep_merge(merged.get(section) or {}, getattr(stage, section))
+    merged["namespace"] = f"{merged.get('namespace', 'undertow')}-{stage.name}"
+    return merged
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """`override` on top of `base`, mappings merged key by key, anything else replaced."""
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def write_yaml(path: Path, data: dict[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path

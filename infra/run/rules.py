@@ -1,0 +1,100 @@
+"""The rules between a run's sections: each a function of the whole config that names the fields it
+finds in conflict and why, run by RunConfig (infra/run/config.py) for the run and every stage.
+
+A rule that finds nothing yields nothing; `RULES` keeps them in the order their messages are shown.
+Each has a test that breaks it (tests/infra/test_config_rules.py counts them).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Iterator
+
+from undertow.processors.pipeline import Pipeline
+from undertow.rollout.engines import engines
+from undertow.trainer.objectives import objectives
+
+if TYPE_CHECKING:
+    from undertow.infra.run.config import RunConfig
+
+Rule = Callable[["RunConfig"], Iterator[str]]
+RULES: dict[str, Rule] = {}
+# Rules about how `undertow run` wires its stages together; a component command started on its own
+# (e.g. `undertow train` on a namespace `undertow replay` filled) is not bound by them.
+WHOLE_RUN: set[str] = set()
+
+
+def rule(fn: Rule) -> Rule:
+    RULES[fn.__name__] = fn
+    return fn
+
+
+def whole_run_rule(fn: Rule) -> Rule:
+    WHOLE_RUN.add(fn.__name__)
+    return rule(fn)
+
+
+def problems(config: "RunConfig", *, whole_run: bool = True) -> list[str]:
+    """What the rules find wrong with `config`, in rule order; `whole_run=False` (a component command)
+    leaves out the rules about how `undertow run` wires the stages."""
+    return [message for name, check in RULES.items() if whole_run or name not in WHOLE_RUN
+            for message in check(config)]
+
+
+@rule
+def workers_no_staler_than_the_trainer(cfg: "RunConfig") -> Iterator[str]:
+    worker, stale = cfg.rollout.max_staleness, cfg.trainer.batching.max_staleness
+    if objectives.get(cfg.trainer.algorithm.objective).checks_staleness and worker > stale:
+        yield (f"rollout.max_staleness ({worker}) must be <= trainer.batching.max_staleness ({stale}): "
+               f"workers would generate what the trainer rejects as stale")
+
+
+@rule
+def sync_every_within_the_staleness_bound(cfg: "RunConfig") -> Iterator[str]:
+    """`sync_every > 1` with on-policy (staleness 0) is the deadlock the issue names."""
+    every, stale = cfg.trainer.sync_every, cfg.trainer.batching.max_staleness
+    if objectives.get(cfg.trainer.algorithm.objective).checks_staleness and every - 1 > stale:
+        yield (f"trainer.sync_every ({every}) needs trainer.batching.max_staleness >= {every - 1} (it is {stale}): "
+               f"between two published versions every new experience would be too stale to train on, and the "
+               f"run would wait for ever")
+
+
+@rule
+def one_sampling_temperature(cfg: "RunConfig") -> Iterator[str]:
+    sampled, assumed = cfg.rollout.sampling.temperature, cfg.trainer.algorithm.temperature
+    if objectives.get(cfg.trainer.algorithm.objective).importance_sampled and sampled != assumed:
+        yield (f"rollout.sampling.temperature ({sampled}) must equal trainer.algorithm.temperature ({assumed}): "
+               f"the trainer recomputes log-probs at its temperature, so every importance ratio would be skewed")
+
+
+@whole_run_rule
+def objective_trains_on_what_the_processors_write(cfg: "RunConfig") -> Iterator[str]:
+    """The trainer reads only its objective's record type; in a run, experiences.ready holds what
+    the processors pipeline writes, so any other type would leave it refusing every record."""
+    name = cfg.trainer.algorithm.objective
+    wanted, written = objectives.get(name).record_type, Pipeline.emits
+    if wanted is not written:
+        yield (f"trainer.algorithm.objective ({name}) trains on {wanted.__name__} records, but processors.pipeline "
+               f"writes {written.__name__} records to experiences.ready: the trainer would refuse every one. "
+               f"Make them from an archive (`undertow replay --shape dpo_pairs`) and run `undertow train` on that "
+               f"namespace, or train this run with an objective on {written.__name__} records (rl, sft)")
+
+
+@rule
+def held_out_tasks_are_not_trained_on(cfg: "RunConfig") -> Iterator[str]:
+    trained = [t.source for t in cfg.feeder.tasksets]
+    for i, heldout in enumerate(cfg.eval.tasksets):
+        if heldout.source in trained:
+            yield (f"eval.tasksets.{i} ({heldout.name}) has the same source as a feeder taskset: held-out tasks "
+                   f"must not be training tasks (give the generator another seed)")
+
+
+@rule
+def adapters_reach_an_engine_that_applies_them(cfg: "RunConfig") -> Iterator[str]:
+    lora = cfg.trainer.lora
+    if lora is None:
+        return
+    engine = engines.resolve(cfg.rollout.engine)
+    ask = getattr(engine.obj, "adapter_problem", None)
+    problem = ask(engine.kwargs, lora.rank) if ask else f"rollout.engine ({engine.name}) does not say it applies them"
+    if problem:
+        yield f"trainer.lora (rank {lora.rank}) publishes adapter-only weight updates, but {problem}"

@@ -1,0 +1,266 @@
+"""`undertow run`: the whole loop on one machine, stage after stage, each component its own process.
+
+Per stage: processors, trainer, rollout workers and feeder start as `undertow <stage> CONFIG`
+children against one broker. The stage ends when the trainer reaches its steps. A child that
+crashes is restarted after a backoff (`run.restarts`); one that crashes more often than the policy
+allows ends the run as failed, with its log's tail. Ctrl-C stops feeder and workers first, then
+the trainer (which checkpoints), then the processors. `--resume` continues an interrupted or a
+failed run from the stage it stopped in: every component resumes from what it committed.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from undertow.infra.broker.local import LocalKafka, free_port_block
+from undertow.infra.report.metrics_log import MetricsRecorder, RunEvents, last_recorded
+from undertow.infra.run.restarts import Crash, RestartBudget
+from undertow.infra.run.rollout_env import engine_command
+from undertow.infra.run.config import RestartPolicy, RunConfig, RunStage, stage_config, stage_mapping, write_yaml
+from undertow.infra.run.supervisor import Child, Supervisor
+from undertow.streams import KafkaSettings, create_topics
+
+# The trainer checkpoints before the processors go; the evaluator after the trainer, to score its final
+# weights; the watchers after the evaluator, to read its last results; the monitor goes last, to write
+# everyone's final metrics.
+STOP_ORDER = ["feeder", "rollout", "trainer", "eval", "watch", "processors", "archive", "monitor"]
+
+
+@dataclass
+class RunState:
+    """run.json: where a run is, so that `--resume` knows which stage to continue."""
+
+    stage: int = 0
+    status: str = "running"  # running | done | interrupted | failed
+    stages: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, run_dir: Path) -> "RunState":
+        path = run_dir / "run.json"
+        return cls(**json.loads(path.read_text())) if path.exists() else cls()
+
+    def save(self, run_dir: Path) -> None:
+        (run_dir / "run.json").write_text(json.dumps(asdict(self), indent=2))
+
+
+@dataclass
+class StageOutcome:
+    """A stage's entry in run.json; a resumed stage adds its attempt's restarts to the earlier ones."""
+
+    name: str
+    status: str
+    seconds: float
+    message: str = ""
+    restarts: dict[str, int] = field(default_factory=dict)  # restarts per component
+    restart_policy: dict[str, float] = field(default_factory=dict)
+    crashes: list[dict[str, Any]] = field(default_factory=list)  # each crash: when, cause, log line, backoff
+    attempts: int = 1
+
+    def after(self, earlier: dict[str, Any] | None) -> "StageOutcome":
+        """This attempt's outcome, counting what earlier attempts of the stage recorded."""
+        if earlier is None:
+            return self
+        restarts = dict(earlier.get("restarts", {}))
+        for component, n in self.restarts.items():
+            restarts[component] = restarts.get(component, 0) + n
+        return StageOutcome(self.name, self.status, earlier.get("seconds", 0.0) + self.seconds, self.message,
+                            restarts, self.restart_policy, earlier.get("crashes", []) + self.crashes,
+                            earlier.get("attempts", 1) + 1)
+
+
+class StageWatch:
+    """One stage's crashes: counted against the restart policy, published, restarts scheduled."""
+
+    def __init__(self, sup: Supervisor, policy: RestartPolicy, events: RunEvents, stage: str):
+        self.sup, self.policy, self.events, self.stage = sup, policy, events, stage
+        self.budget = RestartBudget(policy)
+        self.crashes: list[Crash] = []
+        events.publish("restart_policy", {f"restart_{k}": float(v) for k, v in policy.model_dump().items()})
+
+    def crashed(self, child: Child) -> Crash:
+        """Count a crash; schedule the restart (without waiting for it) if the policy allows one."""
+        crash = self.budget.crashed(child.name, time.time(), child.returncode, child.tail(5))
+        self.crashes.append(crash)
+        allowed = crash.backoff_s is not None
+        self.events.publish("restart" if allowed else "restart_refused",
+                            {"exit_code": float(crash.exit_code), "crashes_in_window": float(crash.crashes_in_window),
+                             "backoff_s": crash.backoff_s or 0.0, "restarts": float(child.restarts + allowed)},
+                            child=child.name, cause=crash.cause, log_line=crash.log_line)
+        if allowed:
+            print(f"{self.stage}: {child.name} crashed ({crash.cause}; {crash.crashes_in_window} of "
+                  f"{self.policy.max} allowed in {self.policy.window_s:g} s); restarting it in "
+                  f"{crash.backoff_s:g} s", flush=True)
+            self.sup.schedule_restart(child, crash.backoff_s)
+        return crash
+
+    def outcome(self, status: str, seconds: float, message: str) -> StageOutcome:
+        restarts = {c.name: c.restarts for c in self.sup.children if c.restarts}
+        return StageOutcome(self.stage, status, seconds, message, restarts, self.policy.model_dump(),
+                            [c.as_dict() for c in self.crashes])
+
+
+class Run:
+    """One run directory: config.yaml, stages/*.yaml, logs/, checkpoints/, metrics.jsonl, run.json."""
+
+    def __init__(self, config: RunConfig, raw: dict[str, Any], run_dir: Path,
+                 view: Callable[["Run", str, MetricsRecorder], None] | None = None):
+        self.config, self.raw, self.run_dir, self.view = config, raw, run_dir, view
+        self.state = RunState.load(run_dir)
+        self.stop_requested = threading.Event()
+        self.broker: LocalKafka | None = None
+        self.kafka: KafkaSettings | None = None
+
+    def stages(self) -> list[RunStage | None]:
+        return list(self.config.run.stages) or [None]
+
+    def execute(self) -> list[StageOutcome]:
+        """Run the remaining stages; stops at the first that does not finish."""
+        self.kafka = self._cluster()
+        outcomes = []
+        try:
+            for index in range(self.state.stage, len(self.stages())):
+                self.state.stage, self.state.status = index, "running"
+                self.state.save(self.run_dir)  # a failed or interrupted run being resumed is running again
+                outcome = self._run_stage(index, self.stages()[index])
+                earlier = next((s for s in self.state.stages if s["name"] == outcome.name), None)
+                outcome = outcome.after(earlier)
+                outcomes.append(outcome)
+                self.state.stages = [s for s in self.state.stages if s["name"] != outcome.name] + [asdict(outcome)]
+                if outcome.status != "done":
+                    self.state.status = outcome.status
+                    break
+            else:
+                self.state.stage, self.state.status = len(self.stages()), "done"
+        finally:
+            self.state.save(self.run_dir)
+            if self.broker:
+                self.broker.stop()
+        return outcomes
+
+    # -- one stage ---------------------------------------------------------------------------
+
+    def _run_stage(self, index: int, stage: RunStage | None) -> StageOutcome:
+        name = stage.name if stage else "main"
+        path, namespace, steps = self._stage_config(index, stage)
+        create_topics(self.kafka, namespace)
+        metrics = self.run_dir / "metrics.jsonl"
+        recorder = MetricsRecorder(self.kafka, namespace, metrics, labels={"stage": name},
+                                   after=last_recorded(metrics, stage=name))
+        recorder.start()
+        sup = Supervisor(self.run_dir / "logs" / f"{index}-{name}",
+                         env={"UNDERTOW_BOOTSTRAP": self.kafka.bootstrap_servers})
+        events = RunEvents(self.kafka, namespace)
+        watch = StageWatch(sup, self.config.run.restarts, events, name)
+        cli = [sys.executable, "-m", "undertow.infra.cli"]
+        started = time.time()
+        sup.start("processors", [*cli, "process", str(path), "--workers", str(self.config.run.processor_workers)])
+        sup.start("trainer", [*cli, "train", str(path), "--nproc", str(self.config.run.trainer_processes),
+                              *(["--max-steps", str(steps)] if steps else [])])
+        merged = stage_config(self.raw, stage)
+        sup.start("rollout", [*engine_command(merged.rollout), "rollout", str(path)])  # vllm: its own environment
+        sup.start("feeder", [*cli, "feed", str(path)])
+        if self.config.run.archive:
+            sup.start("archive", [*cli, "archive", str(path)])
+        if merged.eval.tasksets:  # a stage may switch the evaluation off or on
+            sup.start("eval", [*engine_command(merged.rollout), "eval", str(path)])
+        if self.config.watchers:
+            sup.start("watch", [*cli, "watch", str(path)])
+        if self.config.monitor.sinks:
+            sup.start("monitor", [*cli, "monitor", str(path)])
+        try:
+            status, message = self._watch(sup, watch, recorder)
+        finally:
+            # The evaluator scores the final weights after its SIGTERM: on a real model that takes minutes.
+            sup.stop(STOP_ORDER, timeouts={"eval": merged.eval.stop_timeout_s})
+            recorder.stop()
+            events.close()
+        return watch.outcome(status, time.time() - started, message)
+
+    def _watch(self, sup: Supervisor, watch: StageWatch, recorder: MetricsRecorder) -> tuple[str, str]:
+        """Wait for the trainer to finish, a child to crash too often, or a stop request.
+
+        A crashed child is restarted after its backoff while the others are watched on: every
+        component resumes from what it committed, so a crash costs time, not data. Once finite
+        tasksets are all published, the stage ends when the trainer has not stepped for
+        run.idle_timeout_s.
+        """
+        idle, policy = self.config.run.idle_timeout_s, self.config.run.restarts
+        while True:
+            if self.stop_requested.is_set():
+                return "interrupted", "stopped by the user"
+            for child in sup.exited():
+                if child.name == "trainer" and child.returncode == 0:
+                    return "done", ""
+                if child.name == "feeder" and child.returncode == 0:
+                    if idle and time.time() - (recorder.last_time("trainer") or child.started) >= idle:
+                        return "done", f"every task was used; the trainer had nothing left for {idle:g} s"
+                    continue  # the tasksets ran out; workers finish what is queued
+                if child.returncode == 0:
+                    return "failed", f"{child.name} exited on its own; its log ({child.log}) ends:\n{child.tail()}"
+                crash = watch.crashed(child)
+                if crash.backoff_s is None:
+                    return "failed", (f"{child.name} crashed {crash.crashes_in_window} times within "
+                                      f"{policy.window_s:g} s (run.restarts.max is {policy.max}); last: {crash.cause}; "
+                                      f"its log ({child.log}) ends:\n{child.tail()}")
+            sup.restart_due()
+            if self.view:
+                self.view(self, watch.stage, recorder)
+            time.sleep(self.config.run.refresh_s)
+
+    def _stage_config(self, index: int, stage: RunStage | None) -> tuple[Path, str, int | None]:
+        """Write the stage's effective config; returns its path, namespace and trainer steps."""
+        mapping = stage_mapping(self.raw, stage)
+        mapping.pop("run", None)
+        mapping["kafka"] = {**(mapping.get("kafka") or {}), "bootstrap_servers": self.kafka.bootstrap_servers}
+        mapping.setdefault("trainer", {})["checkpoint_dir"] = str(self.run_dir / "checkpoints")
+        # A run's own broker restarts offsets at 0: its archive must not resume from another run's files.
+        mapping["archive"] = {"root": str(self.run_dir / "archive"), **(mapping.get("archive") or {})}
+        # The sinks write under the run directory, one TensorBoard / W&B / MLflow run per stage.
+        mapping["monitor"] = {"dir": str(self.run_dir), "run": self.run_dir.name, **(mapping.get("monitor") or {}),
+                              "stage": stage.name if stage else "main"}
+        if index > 0 and not (stage and stage.model.get("init_from")):
+            previous = stage_mapping(self.raw, self.stages()[index - 1])["namespace"]
+            mapping.setdefault("model", {})["init_from"] = str(latest_export(self.run_dir / "checkpoints" / previous))
+        path = write_yaml(self.run_dir / "stages" / f"{index}-{stage.name if stage else 'main'}.yaml", mapping)
+        return path, mapping.get("namespace", "undertow"), stage.steps if stage else self.config.run.steps
+
+    def _cluster(self) -> KafkaSettings:
+        """The configured cluster, else a local broker whose data lives in the run directory."""
+        settings = self.config.kafka.with_env()
+        if settings.bootstrap_servers:
+            return settings
+        self.broker = LocalKafka(self.run_dir / "broker", port=free_port_block(2))
+        self.broker.start()
+        return settings.model_copy(update={"bootstrap_servers": self.broker.bootstrap_servers})
+
+
+def latest_export(checkpoints: Path) -> Path:
+    """The HF export of a stage's newest checkpoint."""
+    exports = sorted(checkpoints.glob("step-*/hf"))
+    if not exports:
+        raise RuntimeError(f"{checkpoints}: the previous stage left no checkpoint to start from")
+    return exports[-1]
+
+
+def new_run_dir(config: RunConfig, raw: dict[str, Any], base: Path | None = None) -> Path:
+    """A fresh run directory holding the config it was started with."""
+    parent = base or Path(config.run.dir)
+    run_dir = parent / f"{config.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir.mkdir(parents=True, exist_ok=False)
+    write_yaml(run_dir / "config.yaml", raw)
+    return run_dir
+
+
+def install_stop_handler(run: Run) -> None:
+    """Ctrl-C / SIGTERM ask the run to stop in order; a second Ctrl-C is not needed."""
+    def handle(signum: int, _frame: Any) -> None:
+        run.stop_requested.set()
+    signal.signal(signal.SIGINT, handle)
+    signal.signal(signal.SIGTERM, handle)
