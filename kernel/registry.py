@@ -17,6 +17,8 @@ from typing import Any, Callable, Generic, Mapping, TypeVar
 
 from pydantic import PydanticSchemaGenerationError, TypeAdapter, ValidationError
 
+from undertow.kernel.config_io import did_you_mean
+
 T = TypeVar("T")
 
 
@@ -74,7 +76,8 @@ class Registry(Generic[T]):
             if not callable(obj):  # every component is a function or a class
                 raise RegistryError(f"{self.kind} {name!r}: expected a function or class, got {type(obj).__name__}")
             return obj
-        raise RegistryError(f"{self.kind} {name!r}: unknown; expected one of {self.names()} or a dotted path")
+        raise RegistryError(f"{self.kind} {name!r}: unknown{did_you_mean(name, self.names())}; "
+                            f"expected one of {self.names()} or a dotted path")
 
     def resolve(self, entry: str | Mapping[str, Any]) -> Component[T]:
         """A config entry (name, dotted path, or {name: …, **kwargs}) with its arguments checked."""
@@ -102,7 +105,8 @@ def _check_kwargs(kind: str, name: str, obj: Any, kwargs: dict[str, Any]) -> Non
     unknown = sorted(set(kwargs) - accepted)
     if unknown:
         keyword_only = sorted(p.name for p in params if p.kind is p.KEYWORD_ONLY)
-        raise RegistryError(f"{kind} {name!r}: unexpected argument(s) {unknown}; it takes {keyword_only}")
+        hints = "".join(did_you_mean(u, keyword_only) for u in unknown)
+        raise RegistryError(f"{kind} {name!r}: unexpected argument(s) {unknown}{hints}; it takes {keyword_only}")
     for key, expected in _annotations(target).items():
         if key in kwargs:
             _check_type(kind, name, key, expected, kwargs[key])

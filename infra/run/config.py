@@ -126,7 +126,7 @@ def load_run_config(path: str | Path) -> tuple[RunConfig, dict[str, Any]]:
         try:
             stage_config(raw, stage)
         except ValidationError as e:
-            raise ConfigError(validation_message(f"{path}: run.stages.{index} ({stage.name})", e)) from None
+            raise ConfigError(validation_message(f"{path}: run.stages.{index} ({stage.name})", e, RunConfig)) from None
     return config, raw
 
 
@@ -140,7 +140,7 @@ def _validated(path: str | Path, raw: dict[str, Any], **context: Any) -> RunConf
     try:
         return RunConfig.model_validate(raw, context=context)
     except ValidationError as e:
-        raise ConfigError(validation_message(str(path), e)) from None
+        raise ConfigError(validation_message(str(path), e, RunConfig)) from None
 
 
 def stage_config(raw: dict[str, Any], stage: RunStage | None) -> RunConfig:

@@ -29,3 +29,30 @@ def test_a_config_that_is_not_a_mapping_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="expected a mapping"):
         load_component_config(path)
 
+
+
+@pytest.mark.parametrize("yaml_text, field, hint", [
+    ("rollout: {reward: numeric_matchh}", "rollout.reward", "did you mean 'numeric_match'?"),
+    ("processors: {pipeline: [clean, reshap]}", "processors.pipeline", "did you mean 'reshape'?"),
+    ("processors: {pipeline: [{name: reshape, advantag: grpo}]}", "processors.pipeline", "did you mean 'advantage'?"),
+    ("trainer: {algorithm: {policy_loss: ppo_clp}}", "trainer.algorithm.policy_loss", "did you mean 'ppo_clip'?"),
+    ("trainer: {batchng: {experiences: 8}}", "trainer.batchng", "did you mean 'batching'?"),
+    ("trainer: {batching: {max_stalenes: 2}}", "trainer.batching.max_stalenes", "did you mean 'max_staleness'?"),
+    ("run: {stages: [{name: a, steps: 1, trainr: {}}]}", "run.stages.0.trainr", "did you mean 'trainer'?"),
+    ("evals: {every: 5}", "evals", "did you mean 'eval'?"),
+])
+def test_a_misspelt_name_or_key_gets_the_nearest_valid_one(tmp_path, yaml_text, field, hint):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml_text + "\n")
+    with pytest.raises(ConfigError) as e:
+        load_component_config(path)
+    line = next(line for line in str(e.value).splitlines() if f": {field}:" in line)
+    assert hint in line, str(e.value)
+
+
+def test_a_name_far_from_every_valid_one_gets_no_guess(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("trainer: {algorithm: {policy_loss: zzzzzz}}\n")
+    with pytest.raises(ConfigError) as e:
+        load_component_config(path)
+    assert "did you mean" not in str(e.value) and "expected one of" in str(e.value)

@@ -21,7 +21,7 @@ def test_short_name_dotted_path_and_mapping_resolve():
 def test_unknown_name_lists_the_known_ones():
     reg: Registry = Registry("loss")
     reg.register("ppo")(shout)
-    with pytest.raises(RegistryError, match=r"loss 'ppx': unknown; expected one of \['ppo'\]"):
+    with pytest.raises(RegistryError, match=r"loss 'ppx': unknown \(did you mean 'ppo'\?\); expected one of \['ppo'\]"):
         reg.resolve("ppx")
 
 
@@ -29,7 +29,7 @@ def test_bad_dotted_path_and_bad_argument_are_named():
     reg: Registry = Registry("processor")
     with pytest.raises(RegistryError, match="cannot import"):
         reg.resolve("no_such_module.fn")
-    with pytest.raises(RegistryError, match=r"unexpected argument\(s\) \['tmes'\]; it takes \['times'\]"):
+    with pytest.raises(RegistryError, match=r"unexpected argument\(s\) \['tmes'\] \(did you mean 'times'\?\); it takes \['times'\]"):
         reg.resolve({"name": "tests.kernel.test_registry.shout", "tmes": 2})
 
 
