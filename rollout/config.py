@@ -111,6 +111,9 @@ class EvalConfig(BaseModel):
     max_new_tokens: int | None = Field(None, ge=1, description="longest answer (default: rollout.sampling's)")
     success_threshold: float = Field(1.0, description="an answer whose reward is at least this counts as correct")
     max_tasks: int | None = Field(None, ge=1, description="score at most this many tasks of each taskset")
+    max_overlap: float = Field(0.01, ge=0, le=1, description=(
+        "largest share of a held-out taskset's prompts that the feeder's tasksets may also draw; `undertow run` "
+        "refuses a config above it (1.0: evaluating on training tasks, knowingly)"))
     stop_timeout_s: float = Field(600.0, gt=0, description="how long `undertow run` waits, when a stage ends, for the "
                                                            "evaluation of its last weights before killing the evaluator")
 

@@ -15,7 +15,8 @@ from undertow.schemas import EvalResult, MetricEvent
 from undertow.streams import RecordProducer, RunContext, Topics
 
 from undertow.kernel.models import ModelSpec, fingerprint
-from undertow.rollout.config import EvalConfig, RolloutConfig
+from undertow.rollout.config import EvalConfig, RolloutConfig, TasksetConfig
+from undertow.rollout.contamination import contamination, heldout_items
 from undertow.rollout.engines import build_engine
 from undertow.rollout.evaluation import Evaluator, metric_values
 from undertow.rollout.weight_subscriber import WeightSubscriber
@@ -25,10 +26,13 @@ COMPONENT = "eval"
 CATCH_UP_S = 30.0
 
 
-def follow(cfg: EvalConfig, rollout: RolloutConfig, run: RunContext, stop: threading.Event) -> list[int]:
+def follow(cfg: EvalConfig, rollout: RolloutConfig, run: RunContext, stop: threading.Event,
+           training: list[TasksetConfig] | None = None) -> list[int]:
     """Evaluate versions as the trainer publishes them, until `stop`; returns the versions evaluated.
-    `rollout` gives the engine, the reward and the prompt form."""
+    `rollout` gives the engine, the reward and the prompt form; `training`, the feeder's tasksets, what
+    each held-out taskset's contamination is measured against (reported with every evaluation)."""
     topics = run.topics
+    shared = contamination_values(cfg, training or [])
     evaluator = Evaluator(build_engine(rollout.engine, run.model), rollout, cfg, run.model.name)
     producer = RecordProducer(run.kafka)
     # A side consumer: it takes a broadcast version from its files, never slowing the trainer's group.
@@ -46,7 +50,7 @@ def follow(cfg: EvalConfig, rollout: RolloutConfig, run: RunContext, stop: threa
             if ready is not None and subscriber.load(ready, evaluator.engine) is not None:
                 held = ready.version
             if not done or (held != done[-1] and (held % cfg.every == 0 or stopping)):
-                publish(producer, topics, evaluator.evaluate(held))
+                publish(producer, topics, evaluator.evaluate(held), shared)
                 done.append(held)
             if stopping:
                 return done
@@ -57,14 +61,23 @@ def follow(cfg: EvalConfig, rollout: RolloutConfig, run: RunContext, stop: threa
         producer.close()
 
 
-def publish(producer: RecordProducer, topics: Topics, results: list[EvalResult]) -> None:
+def contamination_values(cfg: EvalConfig, training: list[TasksetConfig]) -> dict[str, float]:
+    """`<taskset>/contamination`: the share of each held-out taskset's prompts that training can draw."""
+    values = {f"{t.name}/contamination": contamination(heldout_items(t, cfg.max_tasks), training) for t in cfg.tasksets}
+    for name, share in values.items():
+        log.info("eval %s: %.1f%% of its prompts are training prompts too", name.split("/")[0], 100 * share)
+    return values
+
+
+def publish(producer: RecordProducer, topics: Topics, results: list[EvalResult],
+            extra: dict[str, float] | None = None) -> None:
     for r in results:
         producer.send(topics.evals, r, key=r.taskset)
         log.info("eval v%d %s: greedy accuracy %s, %s, mean reward %.3f", r.version, r.taskset,
                  "—" if r.greedy_accuracy is None else f"{r.greedy_accuracy:.3f}",
                  ", ".join(f"{k} {v:.3f}" for k, v in r.pass_at.items()) or "no samples", r.mean_reward)
     version = results[0].version
-    producer.send(topics.metrics, MetricEvent(component=COMPONENT, values={**metric_values(results),
+    producer.send(topics.metrics, MetricEvent(component=COMPONENT, values={**metric_values(results), **(extra or {}),
                                                                            "version": float(version)},
                                               step=version), key=COMPONENT)
     producer.flush()

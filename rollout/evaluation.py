@@ -21,7 +21,7 @@ from undertow.schemas import EvalResult, Task
 
 from undertow.rollout.config import EvalConfig, RolloutConfig, TasksetConfig
 from undertow.rollout.engines import Engine, SamplingParams
-from undertow.rollout.feeder import load_items
+from undertow.rollout.contamination import heldout_items
 from undertow.rollout.rewards import RewardFn, build_reward, total
 from undertow.rollout.workflows import WorkflowContext
 from undertow.rollout.workflows.base import prompt_tokens
@@ -53,7 +53,7 @@ class HeldOut:
 
 def load_heldout(cfg: TasksetConfig, max_tasks: int | None) -> HeldOut:
     """A taskset's items as tasks; a source without reference answers cannot be scored."""
-    items = load_items(cfg.source)[:max_tasks]
+    items = heldout_items(cfg, max_tasks)
     unanswered = [i.key for i in items if i.answer is None]
     if unanswered:
         raise ValueError(f"eval.tasksets {cfg.name!r}: items {unanswered[:3]} have no answer to score against")

@@ -54,9 +54,19 @@ def shown(config: Any) -> dict[str, Any]:
 
 
 def summary(stages: list[tuple[str, Any]]) -> str:
-    """One line: each stage's namespace, trainer objective and processors pipeline."""
+    """One line: each stage's namespace, trainer objective, processors pipeline, and how much of each
+    evaluation taskset training can draw too."""
     return "; ".join(f"{label}: namespace {cfg.namespace}, {cfg.trainer.algorithm.objective}, "
-                     f"pipeline [{', '.join(map(_name, cfg.processors.pipeline))}]" for label, cfg in stages)
+                     f"pipeline [{', '.join(map(_name, cfg.processors.pipeline))}]{_contamination(cfg)}"
+                     for label, cfg in stages)
+
+
+def _contamination(cfg: Any) -> str:
+    from undertow.rollout.contamination import contamination, heldout_items
+
+    shares = [f"{t.name} {contamination(heldout_items(t, cfg.eval.max_tasks), cfg.feeder.tasksets):.0%} training prompts"
+              for t in cfg.eval.tasksets]
+    return f", eval [{', '.join(shares)}]" if shares else ""
 
 
 def _name(entry: str | dict[str, Any]) -> str:

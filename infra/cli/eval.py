@@ -34,7 +34,7 @@ def eval_command(config: Path = typer.Argument(..., exists=True, dir_okay=False,
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-        done = follow(cfg.eval, cfg.rollout, context, stop)
+        done = follow(cfg.eval, cfg.rollout, context, stop, training=cfg.feeder.tasksets)
         console.print(f"eval: versions {done} evaluated")
 
 

@@ -96,7 +96,8 @@ def _log_view(every_s: float = 10.0):
 
 
 def _summary(run_dir: Path) -> None:
-    """Reward at the start and end of each stage, and held-out scores at its first and last evaluation."""
+    """Reward at the start and end of each stage, and evaluation scores at its first and last
+    evaluation, each with the share of its prompts training draws too (held out only at 0)."""
     metrics = read_metrics(run_dir / "metrics.jsonl")
     rows = [r for r in metrics if r.get("component") == "trainer" and "reward_mean" in r]
     for stage in dict.fromkeys(r.get("stage", "main") for r in rows):
@@ -109,5 +110,12 @@ def _summary(run_dir: Path) -> None:
         ours = [r for r in evals if r.get("stage", "main") == stage]
         first, last = ours[0], ours[-1]
         for name in sorted(k for k in first if k.endswith("/greedy_accuracy") or "/pass@" in k):
-            console.print(f"stage {stage}: held-out {name} {first[name]:.3f} (v{first.get('version', 0):.0f}) → "
-                          f"{last.get(name, float('nan')):.3f} (v{last.get('version', 0):.0f})")
+            console.print(f"stage {stage}: eval {name} {first[name]:.3f} (v{first.get('version', 0):.0f}) → "
+                          f"{last.get(name, float('nan')):.3f} (v{last.get('version', 0):.0f}), "
+                          f"{_held_out(first.get(name.split('/')[0] + '/contamination'))}")
+
+
+def _held_out(contamination: float | None) -> str:
+    if contamination is None:
+        return "contamination not measured"
+    return "held out (no training prompt)" if contamination == 0 else f"{contamination:.0%} of its prompts are training prompts"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from undertow.processors.pipeline import Pipeline
+from undertow.rollout.contamination import contamination, heldout_items
 from undertow.rollout.engines import engines
 from undertow.trainer.objectives import objectives
 
@@ -79,13 +80,17 @@ def objective_trains_on_what_the_processors_write(cfg: "RunConfig") -> Iterator[
                f"namespace, or train this run with an objective on {written.__name__} records (rl, sft)")
 
 
-@rule
-def held_out_tasks_are_not_trained_on(cfg: "RunConfig") -> Iterator[str]:
-    trained = [t.source for t in cfg.feeder.tasksets]
-    for i, heldout in enumerate(cfg.eval.tasksets):
-        if heldout.source in trained:
-            yield (f"eval.tasksets.{i} ({heldout.name}) has the same source as a feeder taskset: held-out tasks "
-                   f"must not be training tasks (give the generator another seed)")
+@whole_run_rule
+def held_out_tasks_are_held_out(cfg: "RunConfig") -> Iterator[str]:
+    """Measured on the prompts (rollout/contamination.py), not on the source settings: another seed of
+    a small generator draws the same problems."""
+    for i, taskset in enumerate(cfg.eval.tasksets):
+        share = contamination(heldout_items(taskset, cfg.eval.max_tasks), cfg.feeder.tasksets)
+        if share > cfg.eval.max_overlap:
+            yield (f"eval.tasksets.{i} ({taskset.name}): {share:.0%} of its prompts are ones the feeder's tasksets "
+                   f"draw too, above eval.max_overlap ({cfg.eval.max_overlap:g}): its accuracy would not be held out. "
+                   f"Split the problems (e.g. arithmetic's split: train / heldout), or set eval.max_overlap: 1.0 "
+                   f"to evaluate on training tasks knowingly")
 
 
 @rule

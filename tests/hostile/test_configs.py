@@ -68,7 +68,7 @@ CASES = [
     ("run", {"rollout": {"engine": "vllm", "sampling": {"top_p": 0.95}}}, ["rollout.sampling.top_p (0.95)"]),
     ("run", {"feeder": {"tasksets": [{"name": "s", "source": {"name": "sums", "size": 10}}]},
              "eval": {"tasksets": [{"name": "held", "source": {"name": "sums", "size": 10}}]}},  # not held out
-     ["eval.tasksets.0 (held) has the same source as a feeder taskset"]),
+     ["eval.tasksets.0 (held): 100% of its prompts are ones the feeder's tasksets draw too"]),
     ("eval", {"eval": {"tasksets": []}}, ["eval.tasksets: the config names no held-out taskset"]),
     ("eval", {"eval": {"greedy": False, "tasksets": [{"name": "h", "source": "sums"}]}},
      ["eval", "samples: with greedy: false, samples must be >= 1"]),

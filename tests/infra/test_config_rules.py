@@ -33,12 +33,13 @@ CASES = {
         ["trainer.algorithm.objective (dpo) trains on PreferencePair records",
          "processors.pipeline writes Experience records"],
         {"trainer": {"algorithm": {"objective": "sft"}}}),
-    "held_out_tasks_are_not_trained_on": (
-        {"feeder": {"tasksets": [{"name": "s", "source": {"name": "sums", "size": 10}}]},
-         "eval": {"tasksets": [{"name": "held", "source": {"name": "sums", "size": 10}}]}},
-        ["eval.tasksets.0 (held) has the same source as a feeder taskset"],
-        {"feeder": {"tasksets": [{"name": "s", "source": {"name": "sums", "size": 10}}]},
-         "eval": {"tasksets": [{"name": "held", "source": {"name": "sums", "size": 10, "seed": 1}}]}}),
+    "held_out_tasks_are_held_out": (  # another seed of a small generator: the same 100 sums
+        {"feeder": {"tasksets": [{"name": "s", "source": {"name": "sums", "size": 1000}}]},
+         "eval": {"tasksets": [{"name": "held", "source": {"name": "sums", "size": 10, "seed": 1}}]}},
+        ["eval.tasksets.0 (held): 100% of its prompts are ones the feeder's tasksets draw too",
+         "above eval.max_overlap (0.01)", "eval.max_overlap: 1.0"],
+        {"feeder": {"tasksets": [{"name": "s", "source": {"name": "sums", "size": 1000}}]},
+         "eval": {"tasksets": [{"name": "held", "source": {"name": "sums", "size": 10, "seed": 1}}], "max_overlap": 1.0}}),
     "adapters_reach_an_engine_that_applies_them": (
         {"trainer": {"lora": {"rank": 16}}, "rollout": {"engine": {"name": "vllm", "max_lora_rank": 8}}},
         ["trainer.lora (rank 16)", "rollout.engine.max_lora_rank >= 16"],
@@ -77,13 +78,14 @@ def test_a_stage_that_breaks_a_rule_fails_naming_the_stage(tmp_path):
 
 def test_a_component_command_keeps_every_rule_but_the_whole_runs(tmp_path):
     """`undertow train` on a namespace `undertow replay --shape dpo_pairs` filled is how DPO runs: the
-    objective rule is about what `undertow run` wires, so a component command is not bound by it;
+    objective rule is about what `undertow run` wires, so a component command is not bound by it, nor
+    by the contamination rule (`undertow eval` reports the figure; the run refuses to start on it);
     the rules about one stage's processes (here the temperatures) bind it like the run."""
     from undertow.kernel.config_io import ConfigError
     from undertow.infra.run.rules import WHOLE_RUN
     from undertow.infra.run.config import load_component_config
 
-    assert WHOLE_RUN == {"objective_trains_on_what_the_processors_write"}
+    assert WHOLE_RUN == {"objective_trains_on_what_the_processors_write", "held_out_tasks_are_held_out"}
     dpo = write_config(tmp_path / "dpo.yaml", "lab", trainer={"algorithm": {"objective": "dpo"}})
     assert load_component_config(dpo).trainer.algorithm.objective == "dpo"
     assert check(tmp_path, {"trainer": {"algorithm": {"objective": "dpo"}}})[0] == 2

@@ -1,0 +1,43 @@
+"""How held out a held-out taskset is: the share of its prompts that training can also draw.
+
+A prompt counts as shared when a feeder taskset has an item with the same prompt text and messages,
+which is what the workflow renders with the chat template (both sides through the same template).
+Every taskset source returns its items as a list, so this is an enumeration, not a sample: exact.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Sequence
+
+from undertow.rollout.config import TasksetConfig
+from undertow.rollout.feeder.items import TaskItem, load_items
+
+
+def prompt_of(item: TaskItem) -> str:
+    """What identifies an item's prompt: its text and its messages."""
+    return json.dumps([item.prompt, item.messages], sort_keys=True)
+
+
+@lru_cache(maxsize=32)
+def _prompts(source: str) -> frozenset[str]:
+    return frozenset(prompt_of(i) for i in load_items(json.loads(source)))
+
+
+def prompts(taskset: TasksetConfig) -> frozenset[str]:
+    """Every prompt the taskset's source can give (loaded once per process for each source)."""
+    return _prompts(json.dumps(taskset.source, sort_keys=True))
+
+
+def contamination(heldout: Sequence[TaskItem], training: Sequence[TasksetConfig]) -> float:
+    """The share of the held-out items whose prompt a training taskset also has (0 for no items)."""
+    if not heldout:
+        return 0.0
+    trained = frozenset().union(*(prompts(t) for t in training))
+    return sum(prompt_of(i) in trained for i in heldout) / len(heldout)
+
+
+def heldout_items(taskset: TasksetConfig, max_tasks: int | None) -> list[TaskItem]:
+    """The items the evaluator scores: the first `max_tasks` of the source."""
+    return load_items(taskset.source)[:max_tasks]
