@@ -16,7 +16,7 @@ from undertow.rollout.worker import RolloutWorker
 from undertow.schemas import Experience, MetricEvent, Rejected, Task, WeightUpdate, announce_buckets
 from undertow.streams import RecordProducer, Topics
 from undertow.streams.weights import BroadcastSender, FilesSender, Sending, WeightsConfig, broadcast, publish_weights
-from tests.helpers import load_run, read_all, wait_for
+from tests.helpers import load_run, read_all, wait_for, write_config
 from tests.rollout.test_generation import trainer_logprobs
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -45,8 +45,8 @@ def generated_by(e: Experience, seed: int) -> bool:
     return max(abs(a - b) for a, b in zip(e.behaviour_logprobs, theirs)) <= 1e-4
 
 
-def test_files_swap_good_versions_and_refuse_bad_ones_while_generating(kafka, namespace, config_path, tmp_path):
-    config, context = load_run(config_path(rollout=ROLLOUT, trainer=TRAINER), kafka)
+def test_files_swap_good_versions_and_refuse_bad_ones_while_generating(kafka, namespace, tmp_path):
+    config, context = load_run(write_config(tmp_path / "run.yaml", namespace, rollout=ROLLOUT, trainer=TRAINER), kafka)
     topics = Topics(namespace)
     worker = RolloutWorker(config.rollout, context, "w0")
     stats = {}
