@@ -10,7 +10,6 @@ builds, once, the receiver of each transport it sees announced.
 from __future__ import annotations
 
 import threading
-from abc import ABC
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -101,7 +100,7 @@ class Receiving:
     timeout_s: float = 60.0  # longest wait on a live peer
 
 
-class Transport(ABC):
+class Transport:
     """One way for a version's bytes to travel. Subclass it in one module and register it:
 
         @transports.register("mine")

@@ -43,6 +43,8 @@ METRICS_COMPONENT = "trainer-weights"
 
 
 class BroadcastGroup(Settings):
+    """`trainer.weights.broadcast`: the trainer's rendezvous and its timeouts."""
+
     host: str = Field("127.0.0.1", min_length=1, description="address the trainer's rendezvous binds and announces")
     port: int = Field(0, ge=0, le=65535, description="its port (0: any free one)")
     join_timeout_s: float = Field(5.0, gt=0, description="longest wait for the expected workers to join a version")
@@ -50,6 +52,8 @@ class BroadcastGroup(Settings):
 
 
 class BroadcastSettings(Settings):
+    """`trainer.weights` fields the broadcast transport reads besides the files' ones."""
+
     broadcast: BroadcastGroup = Field(default_factory=BroadcastGroup, description="the broadcast group")
 
 

@@ -27,6 +27,8 @@ VERSION_PREFIX = "v"
 
 
 class FilesSettings(Settings):
+    """`trainer.weights` fields the files transport reads (broadcast too: it writes the same files)."""
+
     uri: str | None = Field(None, description="directory for versions, any fsspec URI (files, broadcast)")
     bucket_bytes: int = Field(64 << 20, ge=1, description="tensor bytes per bucket file (files, broadcast)")
     keep: int = Field(3, ge=2, description="versions kept under uri; older ones are deleted (a worker may still "

@@ -20,6 +20,8 @@ MAX_CHUNK_BYTES = 8 << 20  # well below the topic's max.message.bytes (streams/t
 
 
 class InlineSettings(Settings):
+    """`trainer.weights` fields the kafka transport reads."""
+
     chunk_bytes: int = Field(4 << 20, ge=1024, le=MAX_CHUNK_BYTES, description="inline chunk size (kafka)")
 
 

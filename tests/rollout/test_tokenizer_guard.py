@@ -1,5 +1,5 @@
 """The run-time guard against an engine and a trainer that tokenize differently, on the real broker:
-the trainer's publisher stamps its tokenizer's fingerprint on every announcement; a rollout worker
+the trainer's weights sender stamps its tokenizer's fingerprint on every announcement; a rollout worker
 with the same tokenizer takes the weights, one with another stops before generating (at start, or
 at the first such announcement), and so does the evaluator, each with the reason on the rejected
 topic."""

@@ -108,12 +108,16 @@ def test_a_transport_registered_in_one_module_goes_end_to_end(kafka, namespace, 
             wait_for(lambda: subscriber.refused == [2], what="v2 refused")
             publish_weights(producer, topics.weights, [WeightUpdate(**{**announced, "version": 3})])  # no uri
             wait_for(lambda: subscriber.refused == [2, 3], what="v3 refused")
+            unknown = {**announced, "version": 4, "transport": "pigeon"}  # never registered here
+            publish_weights(producer, topics.weights, [WeightUpdate(**unknown, uri=str(path))])
+            wait_for(lambda: subscriber.refused == [2, 3, 4], what="v4 refused")
             assert subscriber.take() is None
         finally:
             sender.close()
             subscriber.stop()
     assert weights_to_bytes(engine.model) == weights_to_bytes(build_model(ModelSpec(seed=7)))
     refused = [r for r in read_all(kafka, topics.rejected, Rejected) if r.stage == "weights"]
-    assert [(r.record_id, r.reason) for r in refused] == [("policy@v2", "checksum"), ("policy@v3", "invalid")]
-    assert "transport one_file needs uri" in refused[1].detail
-    assert {u.transport for u in read_all(kafka, topics.weights, WeightUpdate)} == {"one_file"}
+    assert [(r.record_id, r.reason) for r in refused] == [
+        ("policy@v2", "checksum"), ("policy@v3", "invalid"), ("policy@v4", "invalid")]
+    assert "transport one_file needs uri" in refused[1].detail and "'pigeon' is not registered" in refused[2].detail
+    assert {u.transport for u in read_all(kafka, topics.weights, WeightUpdate)} == {"one_file", "pigeon"}
