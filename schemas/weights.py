@@ -1,10 +1,8 @@
 """Weight updates (trainer -> rollout workers): one announcement per policy version, and where its bytes are.
 
-The `transport` says how the bytes travel:
-- `kafka`: inline, in chunks of one safetensors blob on the weights topic itself (small models);
-- `files`: a directory of safetensors buckets at `uri` (any fsspec URI), described by `manifest`;
-- `broadcast`: the same buckets over a torch.distributed group met at `rendezvous`; a worker that
-  cannot join takes the `files` announcement of the same version that follows.
+The `transport` names how the bytes travel (streams/weights/: one module each, and which of `data`,
+`manifest`, `uri`, `rendezvous` its announcements carry, checked on receipt): inline `data` in
+chunks of one safetensors blob on the topic itself, or a `manifest` of buckets found elsewhere.
 
 Every bucket carries its own sha256 and tensor list, so a worker verifies bucket by bucket and
 never needs the whole version in memory; `sha256` of a manifest announcement fingerprints the
@@ -22,7 +20,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from .base import Id, Record, UnixTime
 
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
-Transport = Literal["kafka", "files", "broadcast"]
 Payload = Literal["full", "adapter"]
 
 
@@ -61,25 +58,25 @@ def manifest_digest(manifest: Iterable[Bucket]) -> str:
 
 
 class WeightUpdate(Record):
-    """Policy `version` of `model`: one inline chunk (`kafka`), or an announcement of buckets
-    (`files`, `broadcast`). `payload` says what it replaces: the whole weights, or only a LoRA
-    adapter over the base weights the worker already holds."""
+    """Policy `version` of `model`: one inline chunk (`data`), or an announcement of where its bytes are
+    (a `manifest` of buckets at `uri` or from `rendezvous`). `payload` says what it replaces: the
+    whole weights, or only a LoRA adapter over the base weights the worker already holds."""
 
     kind: ClassVar[str] = "weight_update"
     id_field: ClassVar[str | None] = "model"
 
     model: Id
     version: Annotated[int, Field(ge=0)]
-    transport: Transport = "kafka"
+    transport: Annotated[str, Field(min_length=1)] = "kafka"  # a registered weights transport
     payload: Payload = "full"
     format: Literal["safetensors"] = "safetensors"
     total_bytes: Annotated[int, Field(ge=0)]
     sha256: Sha256
-    # kafka
+    # inline chunks
     chunk_index: Annotated[int, Field(ge=0)] = 0
     num_chunks: Annotated[int, Field(ge=1)] = 1
     data: bytes | None = None
-    # files and broadcast
+    # buckets found elsewhere
     manifest: tuple[Bucket, ...] | None = None
     uri: Annotated[str, Field(min_length=1)] | None = None
     rendezvous: Annotated[str, Field(pattern=r"^[^:\s]+:\d+$")] | None = None
@@ -105,17 +102,13 @@ class WeightUpdate(Record):
         return data
 
     @model_validator(mode="after")
-    def _fields_of_the_transport(self) -> "WeightUpdate":
-        needed = {"kafka": {"data"}, "files": {"manifest", "uri"}, "broadcast": {"manifest", "rendezvous"}}
-        for name in ("data", "manifest", "uri", "rendezvous"):
-            present = getattr(self, name) is not None
-            if name in needed[self.transport] and not present:
-                raise ValueError(f"transport {self.transport} needs {name}")
-            if present and name not in needed[self.transport] | {"uri"}:  # broadcast may name its files too
-                raise ValueError(f"transport {self.transport} takes no {name}")
+    def _inline_or_announced(self) -> "WeightUpdate":
+        """What holds for every transport; which fields one needs is checked on receipt (streams/weights/)."""
+        if self.data is not None and self.manifest is not None:
+            raise ValueError("an update carries inline data or a manifest, not both")
+        if self.data is None and self.num_chunks != 1:
+            raise ValueError(f"an update without inline data has no chunks, got num_chunks {self.num_chunks}")
         if self.manifest is not None:
-            if self.num_chunks != 1:
-                raise ValueError(f"transport {self.transport} has no chunks, got num_chunks {self.num_chunks}")
             if sum(b.bytes for b in self.manifest) != self.total_bytes:
                 raise ValueError("total_bytes is not the sum of the manifest's bucket sizes")
             if len({b.file for b in self.manifest}) != len(self.manifest):
@@ -137,7 +130,7 @@ def chunk_weights(model: str, version: int, blob: bytes, chunk_bytes: int, paylo
     ]
 
 
-def announce_buckets(model: str, version: int, manifest: list[Bucket], *, transport: Transport,
+def announce_buckets(model: str, version: int, manifest: list[Bucket], *, transport: str,
                      uri: str | None = None, rendezvous: str | None = None,
                      payload: Payload = "full", tokenizer: str | None = None) -> WeightUpdate:
     """The announcement of a version whose buckets lie at `uri` or come from `rendezvous`."""

@@ -7,12 +7,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from undertow.kernel.registry import checked_entry
+from undertow.streams.weights import WeightsConfig
 
 from .algorithms import aggregations, kl_estimators, policy_losses
 from .objectives import objectives
 
 Entry = str | dict[str, Any]  # a registry entry: `name` or {name: …, **kwargs}
-MAX_CHUNK_BYTES = 8 << 20
 
 
 class _Section(BaseModel):
@@ -114,33 +114,6 @@ class LoraConfig(_Section):
     dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapter's input")
     targets: list[str] | None = Field(None, min_length=1,
                                       description="module names to adapt (None: peft's default for the architecture)")
-
-
-class BroadcastConfig(_Section):
-    host: str = Field("127.0.0.1", min_length=1, description="address the trainer's rendezvous binds and announces")
-    port: int = Field(0, ge=0, le=65535, description="its port (0: any free one)")
-    join_timeout_s: float = Field(5.0, gt=0, description="longest wait for the expected workers to join a version")
-    timeout_s: float = Field(60.0, gt=0, description="longest wait on any peer while sending (a dead worker costs this)")
-
-
-class WeightsConfig(_Section):
-    """How policy versions reach the workers: the weights topic announces, a transport carries."""
-
-    transport: Literal["kafka", "files", "broadcast"] = Field(
-        "kafka", description="kafka: inline chunks on the topic (small models); files: buckets under `uri`; "
-                             "broadcast: buckets over torch.distributed (gloo), then files for late workers")
-    chunk_bytes: int = Field(4 << 20, ge=1024, le=MAX_CHUNK_BYTES, description="inline chunk size (kafka)")
-    uri: str | None = Field(None, description="directory for versions, any fsspec URI (files, broadcast)")
-    bucket_bytes: int = Field(64 << 20, ge=1, description="tensor bytes per bucket file (files, broadcast)")
-    keep: int = Field(3, ge=2, description="versions kept under uri; older ones are deleted (a worker may still "
-                                           "be fetching the one before the newest)")
-    broadcast: BroadcastConfig = Field(default_factory=BroadcastConfig, description="the broadcast group")
-
-    @model_validator(mode="after")
-    def _uri_when_needed(self) -> "WeightsConfig":
-        if self.transport != "kafka" and self.uri is None:
-            raise ValueError(f"uri: transport {self.transport} needs a directory for the versions")
-        return self
 
 
 class TrainerConfig(_Section):

@@ -18,13 +18,13 @@ from typing import Any
 from undertow.kernel.models import ModelSpec, build_tokenizer, fingerprint
 from undertow.schemas import MetricEvent
 from undertow.streams import KafkaSettings, RecordProducer, RunContext, Topics
+from undertow.streams.weights import Sending, build_sender
 
 from .checkpoint import Ledger, PartitionOffset, TrainerState, load_checkpoint, save_checkpoint
 from .config import TrainerConfig
 from .engine import Process, build_training_engine, build_reference, gathered_weights, setup_process
 from .ready_intake import ReadyIntake
 from .objectives import Objective, objectives
-from .publish import build_publisher
 from .relay import Command, broadcast
 from .groups import record_id
 from .step import TrainStepResult, StepShape, train_step
@@ -63,8 +63,8 @@ class Leader:
                  state: TrainerState, objective: Objective, root: Path, tokenizer: str | None = None):
         self.spec, self.cfg, self.topics, self.state = spec, cfg, topics, state
         self.producer = RecordProducer(kafka)
-        self.publisher = build_publisher(spec.name, cfg.weights, self.producer, topics,
-                                         "adapter" if cfg.lora else "full", kafka, tokenizer)
+        self.sender = build_sender(Sending(spec.name, cfg.weights, self.producer, topics,
+                                           "adapter" if cfg.lora else "full", kafka, tokenizer))
         self.intake = ReadyIntake(kafka, topics, cfg.batching, group_id=cfg.consumer_group,
                          record_type=objective.record_type, checks_staleness=objective.checks_staleness,
                          producer=self.producer, start=state.offset_map(), trained_ids=state.trained_ids,
@@ -115,7 +115,7 @@ class Leader:
         self.wait_s = 0.0
 
     def publish(self, packed: Any) -> None:
-        self.publisher.publish(self.state.step, packed)
+        self.sender.publish(self.state.step, packed)
         self.state.published_version = self.state.step
 
     def snapshot(self) -> TrainerState:
@@ -126,7 +126,7 @@ class Leader:
         return self.state
 
     def close(self) -> None:
-        self.publisher.close()  # the last version is out before the producer goes
+        self.sender.close()  # the last version is out before the producer goes
         self.intake.close()
         self.producer.flush()
         self.producer.close()
@@ -187,7 +187,7 @@ def _loop(engine: Any, objective: Objective, ref_model: Any, cfg: TrainerConfig,
 
 def _publish(engine: Any, leader: Leader | None) -> None:
     """Every rank gathers (ZeRO-3 holds slices); rank 0 packs and publishes the current version."""
-    packed = gathered_weights(engine, leader.publisher.pack if leader else None)
+    packed = gathered_weights(engine, leader.sender.pack if leader else None)
     if leader:
         leader.publish(packed)
 

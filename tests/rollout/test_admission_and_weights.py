@@ -6,7 +6,7 @@ import pytest
 
 from undertow.schemas import WeightIntegrityError, chunk_weights
 from undertow.rollout.admission import Admission
-from undertow.rollout.weights import WeightAssembler
+from undertow.streams.weights import WeightAssembler
 
 
 def test_admission_waits_when_weights_are_too_old():

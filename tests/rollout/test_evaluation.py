@@ -16,7 +16,7 @@ from undertow.rollout.eval_runner import follow
 from undertow.rollout.evaluation import Evaluator, pass_at_k
 from undertow.schemas import EvalResult, MetricEvent, chunk_weights
 from undertow.streams import RecordProducer, RunContext, Topics
-from undertow.trainer.publish import publish_weights
+from undertow.streams.weights import publish_weights
 
 from tests.helpers import read_all
 

@@ -1,5 +1,5 @@
 """The run-time guard against an engine and a trainer that tokenize differently, on the real broker:
-the trainer's publisher stamps its tokenizer's fingerprint on every announcement; a rollout worker
+the trainer's weights sender stamps its tokenizer's fingerprint on every announcement; a rollout worker
 with the same tokenizer takes the weights, one with another stops before generating (at start, or
 at the first such announcement), and so does the evaluator, each with the reason on the rejected
 topic."""
@@ -16,8 +16,7 @@ from undertow.rollout.eval_runner import follow
 from undertow.rollout.worker import RolloutWorker
 from undertow.schemas import Experience, Rejected, Task, WeightUpdate
 from undertow.streams import RecordProducer, RunContext, Topics
-from undertow.trainer.config import WeightsConfig
-from undertow.trainer.publish import build_publisher
+from undertow.streams.weights import Sending, WeightsConfig, build_sender
 from tests.helpers import load_run, read_all, wait_for
 from tests.hostile.helpers import train_ids, trainer_intake
 from tests.trainer.helpers import make_group
@@ -40,9 +39,9 @@ def trainers_tokenizer(eos: str | None = None) -> str:
 
 def publish(kafka, topics: Topics, version: int, tokenizer: str) -> None:
     with RecordProducer(kafka) as producer:
-        publisher = build_publisher("policy", WeightsConfig(chunk_bytes=1 << 20), producer, topics, "full", kafka,
-                                    tokenizer)
-        publisher.publish(version, publisher.pack(state_tensors(build_model(ModelSpec(seed=version))), None))
+        sender = build_sender(Sending("policy", WeightsConfig(chunk_bytes=1 << 20), producer, topics, "full", kafka,
+                                      tokenizer))
+        sender.publish(version, sender.pack(state_tensors(build_model(ModelSpec(seed=version))), None))
 
 
 def ask(kafka, topics: Topics, task_id: str) -> None:

@@ -9,26 +9,26 @@ import time
 import pytest
 import torch
 
-from undertow.kernel import broadcast
 from undertow.kernel.models import ModelSpec, build_model, weights_to_bytes
 from undertow.kernel.models.weights import load_weight_files, state_tensors, to_buckets
 from undertow.rollout.engines import build_engine
-from undertow.rollout.weight_fetch import fetch_files, receive_broadcast
 from undertow.schemas import WeightIntegrityError, announce_buckets
-from undertow.trainer.config import WeightsConfig
-from undertow.trainer.publish import FilesPublisher, manifest_of
+from undertow.streams.weights import (
+    FilesSender, Sending, WeightsConfig, broadcast, check_announcement, fetch_files, manifest_of, transport_of,
+)
+from undertow.streams.weights.broadcast import receive_broadcast
 
 
-def files_publisher(tmp_path, **cfg) -> FilesPublisher:
+def files_sender(tmp_path, **cfg) -> FilesSender:
     config = WeightsConfig(transport="files", uri=str(tmp_path / "weights"), **cfg)
-    return FilesPublisher("policy", config, producer=None, topics=None, payload="full", settings=None)
+    return FilesSender(Sending("policy", config, producer=None, topics=None))
 
 
-def written(publisher: FilesPublisher, version: int, seed: int):
-    """A version of a tiny model of `seed` written by the publisher, and its announcement."""
-    buckets = publisher.pack(state_tensors(build_model(ModelSpec(seed=seed))), None)
-    manifest = publisher.write(version, buckets)
-    return announce_buckets("policy", version, manifest, transport="files", uri=publisher.version_uri(version))
+def written(sender: FilesSender, version: int, seed: int):
+    """A version of a tiny model of `seed` written by the sender, and its announcement."""
+    buckets = sender.pack(state_tensors(build_model(ModelSpec(seed=seed))), None)
+    manifest = sender.write(version, buckets)
+    return announce_buckets("policy", version, manifest, transport="files", uri=sender.version_uri(version))
 
 
 def weights_of(engine) -> bytes:
@@ -46,8 +46,8 @@ def test_buckets_hold_every_tensor_once_within_their_size():
 
 
 def test_a_files_version_round_trips_into_an_engine_bucket_by_bucket(tmp_path):
-    publisher = files_publisher(tmp_path, bucket_bytes=20_000)
-    update = written(publisher, 1, seed=7)
+    sender = files_sender(tmp_path, bucket_bytes=20_000)
+    update = written(sender, 1, seed=7)
     assert len(update.manifest) > 3
     staged = fetch_files(update, str(tmp_path))
     engine = build_engine("transformers", ModelSpec())
@@ -58,23 +58,23 @@ def test_a_files_version_round_trips_into_an_engine_bucket_by_bucket(tmp_path):
 
 
 def test_versions_are_renamed_into_place_and_old_ones_collected(tmp_path):
-    publisher = files_publisher(tmp_path, keep=2)
+    sender = files_sender(tmp_path, keep=2)
     for version in (1, 2, 3):
-        written(publisher, version, seed=version)
+        written(sender, version, seed=version)
     root = tmp_path / "weights" / "policy"
     assert sorted(p.name for p in root.iterdir()) == ["v00000002", "v00000003"]
     assert (root / "v00000003" / "manifest.json").exists()
     # A trainer resumed from step 1's checkpoint: versions above it are from steps it lost.
-    written(publisher, 1, seed=1)
+    written(sender, 1, seed=1)
     assert sorted(p.name for p in root.iterdir()) == ["v00000001"]
 
 
 def test_a_version_staged_before_collection_still_loads(tmp_path):
-    publisher = files_publisher(tmp_path, keep=2)
-    update = written(publisher, 1, seed=7)
+    sender = files_sender(tmp_path, keep=2)
+    update = written(sender, 1, seed=7)
     staged = fetch_files(update, str(tmp_path))
     for version in (2, 3):  # v1 is collected while the worker still holds it staged
-        written(publisher, version, seed=version)
+        written(sender, version, seed=version)
     assert not (tmp_path / "weights" / "policy" / "v00000001").exists()
     engine = build_engine("transformers", ModelSpec())
     staged.load_into(engine)
@@ -97,8 +97,8 @@ def missing_bucket(update, tmp_path) -> None:
     (missing_bucket, "missing", "does not exist"),
 ])
 def test_bad_files_are_refused_with_a_reason(tmp_path, spoil, reason, says):
-    publisher = files_publisher(tmp_path, bucket_bytes=20_000)
-    update = written(publisher, 1, seed=7)
+    sender = files_sender(tmp_path, bucket_bytes=20_000)
+    update = written(sender, 1, seed=7)
     spoil(update, tmp_path)
     staging = tmp_path / "staging"
     staging.mkdir()
@@ -109,8 +109,8 @@ def test_bad_files_are_refused_with_a_reason(tmp_path, spoil, reason, says):
 
 
 def test_a_manifest_that_does_not_describe_the_bytes_is_refused(tmp_path):
-    publisher = files_publisher(tmp_path, bucket_bytes=20_000)
-    update = written(publisher, 1, seed=7)
+    sender = files_sender(tmp_path, bucket_bytes=20_000)
+    update = written(sender, 1, seed=7)
     first = update.manifest[0]
     renamed = first.model_copy(update={"tensors": (first.tensors[0].model_copy(update={"name": "other"}),
                                                    *first.tensors[1:])})
@@ -130,8 +130,8 @@ def test_tensors_that_are_not_the_models_are_refused_before_any_is_written(tmp_p
     model = build_model(ModelSpec())
     before = weights_to_bytes(model)
     other = build_model(ModelSpec(seed=3, tiny={"n_embd": 32}))
-    publisher = files_publisher(tmp_path, bucket_bytes=20_000)
-    manifest = publisher.write(1, publisher.pack(state_tensors(other), None))
+    sender = files_sender(tmp_path, bucket_bytes=20_000)
+    manifest = sender.write(1, sender.pack(state_tensors(other), None))
     paths = [tmp_path / "weights" / "policy" / "v00000001" / b.file for b in manifest]
     with pytest.raises(ValueError, match="has shape"):
         load_weight_files(model, paths)
@@ -140,8 +140,8 @@ def test_tensors_that_are_not_the_models_are_refused_before_any_is_written(tmp_p
 
 def test_loading_streams_into_the_models_dtype(tmp_path):
     model = build_model(ModelSpec()).to(torch.bfloat16)
-    publisher = files_publisher(tmp_path)
-    manifest = publisher.write(1, publisher.pack(state_tensors(build_model(ModelSpec(seed=7))), None))
+    sender = files_sender(tmp_path)
+    manifest = sender.write(1, sender.pack(state_tensors(build_model(ModelSpec(seed=7))), None))
     load_weight_files(model, [tmp_path / "weights" / "policy" / "v00000001" / b.file for b in manifest])
     source = build_model(ModelSpec(seed=7)).state_dict()
     for name, t in model.state_dict().items():
@@ -239,10 +239,10 @@ def test_an_adapter_travels_as_one_bucket_and_is_applied_over_the_base(tmp_path)
             if "lora_B" in name:
                 p.fill_(0.05)  # B = 0 would change nothing
     config = WeightsConfig(transport="files", uri=str(tmp_path / "weights"), bucket_bytes=64)
-    publisher = FilesPublisher("policy", config, producer=None, topics=None, payload="adapter", settings=None)
-    manifest = publisher.write(1, publisher.pack(*adapter_tensors(policy)))
+    sender = FilesSender(Sending("policy", config, producer=None, topics=None, payload="adapter"))
+    manifest = sender.write(1, sender.pack(*adapter_tensors(policy)))
     assert len(manifest) == 1  # however small bucket_bytes: peft applies an adapter whole
-    update = announce_buckets("policy", 1, manifest, transport="files", uri=publisher.version_uri(1),
+    update = announce_buckets("policy", 1, manifest, transport="files", uri=sender.version_uri(1),
                               payload="adapter")
     engine = build_engine("transformers", ModelSpec())
     fetch_files(update, str(tmp_path)).load_into(engine)
@@ -250,3 +250,22 @@ def test_an_adapter_travels_as_one_bucket_and_is_applied_over_the_base(tmp_path)
     with torch.no_grad():
         assert torch.allclose(engine.model(ids).logits, policy(ids).logits, atol=1e-6)
         assert not torch.allclose(engine.model(ids).logits, build_model(ModelSpec())(ids).logits, atol=1e-3)
+
+
+@pytest.mark.parametrize(("transport", "fields", "says"), [
+    ("files", {"uri": None}, "transport files needs uri"),
+    ("broadcast", {"uri": None}, "transport broadcast needs rendezvous"),
+    ("files", {"rendezvous": "h:1"}, "transport files takes no rendezvous"),
+    ("kafka", {"manifest": None, "uri": None, "total_bytes": 0}, "transport kafka needs data"),
+])
+def test_what_an_announcement_carries_is_its_transports_to_say(transport, fields, says):
+    """The schema lets these through (a transport it does not know may carry anything); the receiving
+    end refuses them, as the rejected topic's `invalid`, before it fetches anything."""
+    update = announce_buckets("policy", 1, manifest_of(to_buckets({"w": torch.zeros(2)}, 64)), transport=transport,
+                              uri="file:///w")
+    update = update.model_copy(update=fields)
+    with pytest.raises(WeightIntegrityError, match=says) as e:
+        check_announcement(update, transport_of(transport), transport)
+    assert e.value.reason == "invalid"
+    check_announcement(announce_buckets("policy", 1, [], transport="broadcast", rendezvous="h:1", uri="file:///w"),
+                       transport_of("broadcast"), "broadcast")  # broadcast may name its files too

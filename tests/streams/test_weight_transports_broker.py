@@ -8,7 +8,6 @@ import time
 
 import pytest
 
-from undertow.kernel import broadcast
 from undertow.kernel.models import ModelSpec, build_model, weights_to_bytes
 from undertow.kernel.models.weights import state_tensors
 from undertow.rollout.engines import build_engine
@@ -16,9 +15,8 @@ from undertow.rollout.weight_subscriber import WeightSubscriber
 from undertow.rollout.worker import RolloutWorker
 from undertow.schemas import Experience, MetricEvent, Rejected, Task, WeightUpdate, announce_buckets
 from undertow.streams import RecordProducer, Topics
-from undertow.trainer.config import WeightsConfig
-from undertow.trainer.publish import BroadcastPublisher, FilesPublisher, publish_weights
-from tests.helpers import load_run, read_all, wait_for
+from undertow.streams.weights import BroadcastSender, FilesSender, Sending, WeightsConfig, broadcast, publish_weights
+from tests.helpers import load_run, read_all, wait_for, write_config
 from tests.rollout.test_generation import trainer_logprobs
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -47,8 +45,8 @@ def generated_by(e: Experience, seed: int) -> bool:
     return max(abs(a - b) for a, b in zip(e.behaviour_logprobs, theirs)) <= 1e-4
 
 
-def test_files_swap_good_versions_and_refuse_bad_ones_while_generating(kafka, namespace, config_path, tmp_path):
-    config, context = load_run(config_path(rollout=ROLLOUT, trainer=TRAINER), kafka)
+def test_files_swap_good_versions_and_refuse_bad_ones_while_generating(kafka, namespace, tmp_path):
+    config, context = load_run(write_config(tmp_path / "run.yaml", namespace, rollout=ROLLOUT, trainer=TRAINER), kafka)
     topics = Topics(namespace)
     worker = RolloutWorker(config.rollout, context, "w0")
     stats = {}
@@ -56,20 +54,20 @@ def test_files_swap_good_versions_and_refuse_bad_ones_while_generating(kafka, na
     thread.start()
     cfg = WeightsConfig(transport="files", uri=str(tmp_path / "weights"), bucket_bytes=20_000, keep=10)
     with RecordProducer(kafka) as producer:
-        publisher = FilesPublisher("policy", cfg, producer, topics, "full", kafka)
+        sender = FilesSender(Sending("policy", cfg, producer, topics, "full", kafka))
         ask(producer, topics, "t0")
         experiences(kafka, topics, "t0")
-        publisher.publish(1, publisher.pack(tensors(7), None))
+        sender.publish(1, sender.pack(tensors(7), None))
         wait_for(lambda: worker.admission.held == 1, what="v1 loaded")
         ask(producer, topics, "t1")
         on_v1 = experiences(kafka, topics, "t1")
 
         def announce_spoiled(version: int, spoil) -> None:
-            buckets = publisher.pack(tensors(version), None)
-            manifest = publisher.write(version, buckets)
+            buckets = sender.pack(tensors(version), None)
+            manifest = sender.write(version, buckets)
             folder = tmp_path / "weights" / "policy" / f"v{version:08d}"
             update = announce_buckets("policy", version, spoil(folder, manifest), transport="files",
-                                      uri=publisher.version_uri(version))
+                                      uri=sender.version_uri(version))
             publish_weights(producer, topics.weights, [update])
             # One at a time: announcements read in one poll skip the superseded ones (rightly), and
             # a spoiled version never fetched would never be refused.
@@ -97,7 +95,7 @@ def test_files_swap_good_versions_and_refuse_bad_ones_while_generating(kafka, na
         assert worker.subscriber.refused == [2, 3, 4]
         ask(producer, topics, "t2")
         still_v1 = experiences(kafka, topics, "t2")
-        publisher.publish(5, publisher.pack(tensors(9), None))
+        sender.publish(5, sender.pack(tensors(9), None))
         wait_for(lambda: worker.admission.held == 5, what="v5 loaded")
         ask(producer, topics, "t3")
         on_v5 = experiences(kafka, topics, "t3")
@@ -125,12 +123,12 @@ def test_broadcast_reaches_the_joined_worker_and_survives_a_dead_one(kafka, name
                                       broadcast_timeout_s=3)
         subscriber.start()
         assert subscriber.caught_up.wait(30)
-        publisher = BroadcastPublisher("policy", cfg, producer, topics, "full", kafka)
+        sender = BroadcastSender(Sending("policy", cfg, producer, topics, "full", kafka))
         engine = build_engine("transformers", ModelSpec())
         try:
             def next_version(version: int, seed: int):
                 started = time.monotonic()
-                publisher.publish(version, publisher.pack(tensors(seed), None))
+                sender.publish(version, sender.pack(tensors(seed), None))
                 assert time.monotonic() - started < 0.5  # the trainer hands over and trains on
                 ready = wait_for(lambda: (r := subscriber.take()) and r.version == version and r, timeout=60,
                                  what=f"v{version}")
@@ -144,15 +142,15 @@ def test_broadcast_reaches_the_joined_worker_and_survives_a_dead_one(kafka, name
             # v3: a second worker, late for v2 (so expected now), joins and dies before the group
             # forms; the trainer's thread times out, so does the live worker's receive (refused:
             # broadcast), and the files bring v3.
-            ghost = broadcast.connect(publisher.rendezvous, 10)
+            ghost = broadcast.connect(sender.rendezvous, 10)
             ghost.add("v2/joined", 1)
             ghost.add("v3/joined", 1)
             assert next_version(3, seed=3) == "files"
             assert next_version(4, seed=4) == "broadcast"  # the dead one is not waited for again
         finally:
-            publisher.close()
+            sender.close()
             subscriber.stop()
-    rounds = {r["version"]: (r["members"], r["sent"]) for r in publisher.rounds}
+    rounds = {r["version"]: (r["members"], r["sent"]) for r in sender.rounds}
     assert rounds == {1: (0, False), 2: (1, True), 3: (2, False), 4: (1, True)}
     assert [r.record_id for r in read_all(kafka, topics.rejected, Rejected) if r.reason == "broadcast"] == ["policy@v3"]
     updates = read_all(kafka, topics.weights, WeightUpdate)

@@ -1,0 +1,88 @@
+"""Staging a version's buckets locally and verifying each against its manifest entry (files, broadcast).
+
+Nothing here touches an engine: a version is staged whole (on disk, not in memory) and verified
+before the worker loads it, so a bad one is refused while the engine keeps its weights. Staging
+also keeps a version the trainer garbage-collects mid-load: a hard link (or copy) outlives the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from undertow.kernel.models.weights import read_header
+from undertow.schemas import Bucket, TensorMeta, WeightIntegrityError, WeightUpdate
+
+READ_BYTES = 8 << 20
+
+
+def describe(file: str, blob: bytes) -> Bucket:
+    """A bucket's manifest entry, from its own header."""
+    header, _ = read_header(blob)
+    tensors = tuple(TensorMeta(name=n, dtype=d, shape=s) for n, (d, s) in header.items())
+    return Bucket(file=file, bytes=len(blob), sha256=hashlib.sha256(blob).hexdigest(), tensors=tensors)
+
+
+def manifest_of(buckets: list[bytes]) -> list[Bucket]:
+    return [describe(f"bucket-{i:04d}.safetensors", blob) for i, blob in enumerate(buckets)]
+
+
+@contextmanager
+def staging_directory(update: WeightUpdate, staging_root: str | None) -> Iterator[Path]:
+    """A fresh directory for `update`'s version, removed again if staging fails."""
+    directory = Path(tempfile.mkdtemp(prefix=f"undertow-{update.model}-v{update.version}-", dir=staging_root))
+    try:
+        yield directory
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+
+
+def stage_file(fs: object, source: str, target: Path) -> str:
+    """Link (same local filesystem) or copy `source` to `target`; the sha256 of its bytes."""
+    digest = hashlib.sha256()
+    local = getattr(fs, "protocol", None) in ("file", ("file", "local"))
+    if local:
+        try:
+            os.link(source, target)
+        except FileNotFoundError:
+            raise
+        except OSError:  # another filesystem (a missing source is not: it propagates): copy below
+            local = False
+    if local:
+        with open(target, "rb") as f:
+            while block := f.read(READ_BYTES):
+                digest.update(block)
+        return digest.hexdigest()
+    with fs.open(source, "rb") as src, open(target, "wb") as dst:  # type: ignore[attr-defined]
+        while block := src.read(READ_BYTES):
+            digest.update(block)
+            dst.write(block)
+    return digest.hexdigest()
+
+
+def check_bucket(update: WeightUpdate, bucket: Bucket, size: int, digest: str,
+                 header_of: Callable[[], tuple[dict, dict]]) -> None:
+    """Raise WeightIntegrityError ("checksum", "manifest") unless the bytes are the bucket's."""
+    where = f"{name_of(update)} {bucket.file}"
+    if size != bucket.bytes:
+        raise WeightIntegrityError(f"{where}: {size} bytes, the manifest says {bucket.bytes}", "checksum")
+    if digest != bucket.sha256:
+        raise WeightIntegrityError(f"{where}: sha256 {digest} != manifest {bucket.sha256}", "checksum")
+    try:
+        header, _ = header_of()  # read only once the bytes are known to be the announced ones
+    except ValueError as e:
+        raise WeightIntegrityError(f"{where}: {e}", "manifest") from None
+    declared = {t.name: (t.dtype, tuple(t.shape)) for t in bucket.tensors}
+    if header != declared:
+        differ = sorted(set(header.items()) ^ set(declared.items()))[:3]
+        raise WeightIntegrityError(f"{where}: tensors differ from the manifest ({differ})", "manifest")
+
+
+def name_of(update: WeightUpdate) -> str:
+    return f"{update.model} v{update.version}"
