@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from undertow.infra.run_config import RunConfig
+from undertow.infra.run.config import RunConfig
 from undertow.kernel.models import ModelSpec, build_model, weights_to_bytes
 from undertow.kernel.models.weights import state_tensors
 from undertow.rollout.engines import build_engine
