@@ -53,7 +53,7 @@ def run(config: Optional[Path] = typer.Argument(None, exists=True, dir_okay=Fals
         show = show and console.is_terminal
         console.print(f"run directory: [bold]{run_dir}[/bold]", soft_wrap=True)
         with Live(console=console, refresh_per_second=2, transient=False) if show else nullcontext() as screen:
-            runner = Run(cfg, raw, run_dir, view=_live_view(screen) if show else _log_view())
+            runner = Run(cfg, raw, run_dir, view=_live_view(screen) if show else _log_view(cfg.run.log_every_s))
             install_stop_handler(runner)
             outcomes = runner.execute()
         for o in outcomes:
@@ -83,7 +83,8 @@ def _live_view(screen: Live):
     return view
 
 
-def _log_view(every_s: float = 10.0):
+def _log_view(every_s: float):
+    """For a log file: one line every `every_s` seconds, so a log grows with the run's length only."""
     last = [0.0]
 
     def view(run: object, stage: str, recorder: MetricsRecorder) -> None:

@@ -68,6 +68,8 @@ class RunSection(BaseModel):
     trainer_processes: int = Field(1, ge=1, description="data-parallel trainer ranks (`undertow train --nproc`)")
     live: bool = Field(True, description="show the live view in the terminal")
     refresh_s: float = Field(1.0, gt=0, description="live view refresh period")
+    log_every_s: float = Field(30.0, gt=0, description="not on a terminal (a log file, CI, nohup): one progress "
+                                                        "line every this many seconds instead of the live view")
     archive: bool = Field(False, description="also run `undertow archive` (the archive section) beside each stage")
     restarts: RestartPolicy = Field(default_factory=RestartPolicy,
                                     description="restart policy; an int N is short for {max: N} (older configs)")

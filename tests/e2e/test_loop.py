@@ -59,6 +59,12 @@ def test_demo_learns_through_the_broker(demo):
     assert first["sums-all/contamination"] == 1.0  # measured: training draws every one of the 100 sums
     assert "stage rl: eval sums-all/greedy_accuracy" in out and "100% of its prompts are training prompts" in out
     assert "stage rl: done" in out and (run_dir / "checkpoints" / "demo-rl").is_dir()
+    # Not on a terminal, the run writes one progress line every run.log_every_s (30 s) per stage, not
+    # a refresh of the live view: the log grows with the run's length only.
+    seconds = [int(s) for s in re.findall(r"stage \S+: done in (\d+)s", out)]
+    progress = [line for line in out.splitlines() if line.startswith(("[warmup]", "[rl]"))]
+    assert len(seconds) == 2 and 2 <= len(progress) <= sum(s // 30 + 2 for s in seconds), out
+    assert len(out.splitlines()) <= len(progress) + 30, out
 
 
 def readme_commands(run_dir: Path) -> list[list[str]]:
