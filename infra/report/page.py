@@ -41,25 +41,49 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; }
 
 
 def figure(panel: Panel, colors: list[str]):
-    """A plotly figure: per curve its raw series faint and its smoothed one on top, same colour."""
+    """A plotly figure: per curve its raw series faint and its smoothed one on top, same colour (shares:
+    stacked areas); a second y-axis for curves of another scale; the run's alerts as marks."""
     import plotly.graph_objects as go
 
     fig = go.Figure()
     for i, c in enumerate(panel.curves):
-        color = colors[i % len(colors)]
+        color, axis = colors[i % len(colors)], "y2" if c.right else "y"
+        if panel.stacked:
+            fig.add_trace(go.Scatter(x=c.times, y=c.smoothed or c.values, name=c.label, mode="lines",
+                                     stackgroup="shares", line={"color": color, "width": 1}, meta=_meta(c, "stacked")))
+            continue
         few = c.smoothed is None and len(c.values) < 20
         fig.add_trace(go.Scatter(
-            x=c.times, y=c.values, name=c.label, legendgroup=c.label, showlegend=c.smoothed is None,
+            x=c.times, y=c.values, name=c.label, legendgroup=c.label, showlegend=c.smoothed is None, yaxis=axis,
             mode="lines+markers" if few else "lines", line={"color": color, "width": 1 if c.smoothed else 1.5},
             opacity=RAW_OPACITY if c.smoothed else 1.0, meta=_meta(c, "raw")))
         if c.smoothed is not None:
             fig.add_trace(go.Scatter(x=c.times, y=c.smoothed, name=c.label, legendgroup=c.label, mode="lines",
-                                     line={"color": color, "width": 2}, meta=_meta(c, "smoothed")))
+                                     yaxis=axis, line={"color": color, "width": 2}, meta=_meta(c, "smoothed")))
+    if panel.marks:
+        fig.add_trace(_alerts(panel))
     fig.update_layout(title={"text": panel.title + (f"<br><sub>{panel.note}</sub>" if panel.note else "")},
                       xaxis_title=X_TITLES["time"], yaxis_title=panel.y_title, height=420,
-                      margin={"l": 60, "r": 10, "t": 60, "b": 50}, legend={"font": {"size": 10}},
-                      template="plotly_white", hovermode="closest")
+                      margin={"l": 60, "r": 60 if panel.right_title else 10, "t": 60, "b": 50},
+                      legend={"font": {"size": 10}}, template="plotly_white", hovermode="closest")
+    if panel.right_title:
+        fig.update_layout(yaxis2={"title": {"text": panel.right_title}, "overlaying": "y", "side": "right",
+                                  "showgrid": False, "rangemode": "tozero"})
     return fig
+
+
+def _alerts(panel: Panel):
+    """The watchers' alerts as red crosses along the top of the panel, the alert in their hover text."""
+    import plotly.graph_objects as go
+
+    left = [v for c in panel.curves if not c.right for v in (c.values if not panel.stacked else [1.0])]
+    top = max(left, default=1.0)
+    marks = panel.marks
+    return go.Scatter(x=[m.time for m in marks], y=[top] * len(marks), name="watcher alerts", mode="markers",
+                      marker={"symbol": "x", "size": 10, "color": "#d62728"}, text=[m.label for m in marks],
+                      customdata=[m.detail for m in marks], hovertemplate="%{text}<br>%{customdata}<extra></extra>",
+                      meta={"series": "alerts", "kind": "alert", "x_time": [m.time for m in marks],
+                            "x_version": [m.version for m in marks], "labels": [m.label for m in marks]})
 
 
 def _meta(c: Curve, kind: str) -> dict:

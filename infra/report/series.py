@@ -25,6 +25,17 @@ class Curve:
     versions: list[float]
     values: list[float]
     smoothed: list[float] | None = None  # None: too few points to smooth, drawn as markers
+    right: bool = False  # on the panel's second y-axis (a quantity of another scale, such as the learning rate)
+
+
+@dataclass
+class Mark:
+    """An event drawn on every panel at its time and version: a watcher's alert."""
+
+    label: str
+    detail: str
+    time: float
+    version: float
 
 
 @dataclass
@@ -34,6 +45,9 @@ class Panel:
     y_title: str
     note: str = ""
     curves: list[Curve] = field(default_factory=list)
+    right_title: str | None = None  # the second y-axis, when some curves are `right`
+    stacked: bool = False  # shares of a whole: drawn as stacked areas of their smoothed values
+    marks: list[Mark] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -43,6 +57,9 @@ class PanelSpec:
     y_title: str
     match: Callable[[str, str], bool]  # (component, metric name) -> on this panel
     smooth: bool = True  # False for counters: a smoothed count is no count
+    right: Callable[[str], bool] | None = None  # metric name -> on the second y-axis, titled `right_title`
+    right_title: str | None = None
+    stacked: bool = False
 
 
 def _named(pattern: str, component: str | None = None) -> Callable[[str, str], bool]:
@@ -53,17 +70,18 @@ def _named(pattern: str, component: str | None = None) -> Callable[[str, str], b
 # First match wins; the staleness distribution is derived from staleness_<k> (below), not matched.
 SPECS = [
     PanelSpec("reward", "reward (training batches and rollouts)", "mean reward", _named(r"^reward_mean$")),
-    PanelSpec("heldout", "held-out evaluation", "score", _named(r"greedy_accuracy|pass@|mean_reward$", "eval")),
+    PanelSpec("heldout", "evaluation", "score", _named(r"greedy_accuracy|pass@|mean_reward$", "eval")),
     PanelSpec("throughput", "throughput", "per second", _named(r"per_s$")),
     PanelSpec("losses", "losses, KL and entropy", "value", _named(r"(^|_)loss$|^nll$|approx_kl|^entropy$", "trainer")),
     PanelSpec("ratios", "importance ratios and clipping", "value", _named(r"^ratio_|^clip_fraction", "trainer")),
-    PanelSpec("optimizer", "learning rate and gradient norm", "value", _named(r"^lr$|^grad_norm$", "trainer")),
+    PanelSpec("optimizer", "learning rate and gradient norm", "gradient norm", _named(r"^lr$|^grad_norm$", "trainer"),
+              right=lambda name: name == "lr", right_title="learning rate"),
     PanelSpec("rejections", "rejections by stage and reason (cumulative)", "records",
               lambda comp, name: name in PER_STEP_COUNTS or name.endswith(".dropped"), smooth=False),
     PanelSpec("wait", "trainer wait and step time", "seconds", _named(r"^wait_s$|^step_s$", "trainer")),
 ]
 STALENESS = PanelSpec("staleness", "staleness distribution of training batches", "share of the batch",
-                      _named(r"^staleness_\d+$", "trainer"))
+                      _named(r"^staleness_\d+$", "trainer"), stacked=True)
 
 
 def smooth(values: list[float], weight: float) -> list[float]:
@@ -128,7 +146,10 @@ def build_panels(rows: list[dict], extra: dict[str, list[Curve]] | None = None) 
                 points[(f"{label}:{name}", row["component"], name)].append((*x, float(value)))
         if row["component"] == "trainer":
             _add_staleness_shares(row, label, x, oldest[row.get("stage")], points)
-    panels = {s.key: Panel(s.key, s.title, s.y_title) for s in [*SPECS[:2], STALENESS, *SPECS[2:]]}
+    specs = [*SPECS[:2], STALENESS, *SPECS[2:]]
+    marks = alert_marks(rows, t0, clock)
+    panels = {s.key: Panel(s.key, s.title, s.y_title, right_title=s.right_title, stacked=s.stacked, marks=marks)
+              for s in specs}
     for (label, component, name), pts in sorted(points.items()):
         spec = next((s for s in [STALENESS, *SPECS] if s.match(component, name)), None)
         if spec is None:
@@ -136,10 +157,20 @@ def build_panels(rows: list[dict], extra: dict[str, list[Curve]] | None = None) 
         values = [p[2] for p in pts]
         if spec.key == "rejections" and name in PER_STEP_COUNTS:
             values = _cumulative(values)
-        panels[spec.key].curves.append(curve(label, [p[0] for p in pts], [p[1] for p in pts], values, spec.smooth))
+        c = curve(label, [p[0] for p in pts], [p[1] for p in pts], values, spec.smooth)
+        c.right = bool(spec.right and spec.right(name))
+        panels[spec.key].curves.append(c)
     for key, curves in (extra or {}).items():
         panels[key].curves = curves
     return [p for p in panels.values() if p.curves]
+
+
+def alert_marks(rows: list[dict], t0: float, clock: VersionClock) -> list[Mark]:
+    """Every watcher alert of the run (component `watcher`, labelled with its watcher and alert)."""
+    return [Mark(f"{r['watcher']}: {r['alert']}", ", ".join(f"{k} {v:.4g}" for k, v in r.items()
+                                                            if k not in IGNORED | {"alert"} and isinstance(v, float)),
+                 r["time"] - t0, version_of(r, clock))
+            for r in sorted(rows, key=lambda r: r["time"]) if r["component"] == "watcher" and "alert" in r]
 
 
 def _add_staleness_shares(row: dict, label: str, x: tuple[float, float], oldest: int, points: dict) -> None:

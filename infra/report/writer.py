@@ -13,11 +13,12 @@ from undertow.infra.report.metrics_log import read_metrics
 from undertow.infra.report.archive import read_archive
 from undertow.infra.report.page import write_page
 from undertow.infra.report.series import VersionClock, build_panels
+from undertow.infra.report.settings import settings_lines
 
 # Which metric names go on which plot: matched by name, so a new metric of a stage shows up
 # without touching this file.
 PANELS: dict[str, re.Pattern] = {
-    "held-out": re.compile(r"greedy_accuracy|pass@"),
+    "evaluation": re.compile(r"greedy_accuracy|pass@"),
     "reward": re.compile(r"reward"),
     "staleness": re.compile(r"stale"),
     "throughput": re.compile(r"(per_s|_rate|throughput)$"),
@@ -74,9 +75,9 @@ def write_report(run_dir: Path) -> Path:
     for panel, series in panels.items():
         plot(plt, series, panel, out / f"{panel}.png")
         images = [f"![{panel}]({panel}.png)"]
-        if panel == "held-out":  # evaluations are per policy version: that axis too
-            plot(plt, series, panel, out / "held-out-by-version.png", by_version=True)
-            images.append("![held-out by version](held-out-by-version.png)")
+        if panel == "evaluation":  # evaluations are per policy version: that axis too
+            plot(plt, series, panel, out / "evaluation-by-version.png", by_version=True)
+            images.append("![evaluation by version](evaluation-by-version.png)")
         lines += [f"## {panel}", "", *images, "",
                   "| series | points | first 10% (mean) | last 10% (mean) | min | max |",
                   "| --- | --- | --- | --- | --- | --- |"]
@@ -95,11 +96,17 @@ def write_html(run_dir: Path, rows: list[dict], path: Path) -> Path:
     archive = read_archive(run_dir, t0, VersionClock(rows))
     exact = archive is not None and bool(archive.rejection_curves)
     panels = build_panels(rows, {"rejections": archive.rejection_curves} if exact else None)
+    settings = settings_lines(run_dir, rows)
     for panel in panels:
         if panel.key == "rejections":
             panel.note = ("every rejected record of the archive" if exact else
                           "the counters of the metrics" + ("; the archive holds no rejected record" if archive else ""))
+    for panel in panels:
+        if panel.key == "heldout":
+            panel.note = "; ".join(line.split("; eval ", 1)[1].replace("; eval ", ", ")
+                                   for line in settings if "; eval " in line)
     header = [f"{len(rows)} metric events over {max(r['time'] for r in rows) - t0:.0f} s; {_stages(run_dir)}",
+              *settings,
               "Bold lines are smoothed (a debiased exponential moving average, at most a 50-point window); "
               "the faint ones behind them are the raw values. Click a legend entry to hide a series."]
     return write_page(path, f"Run report: {run_dir.name}", header, panels, archive)

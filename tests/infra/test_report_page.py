@@ -29,11 +29,15 @@ def metric_rows() -> list[dict]:
         rows.append({"stage": "rl", "component": "trainer", "step": s, "version": float(s), "time": t,
                      "reward_mean": s / STEPS, "loss": 1.0 / s, "approx_kl": 0.001 * s, "ratio_mean": 1.0,
                      "clip_fraction": 0.01, "tokens_per_s": 100.0 + s, "wait_s": 0.5, "step_s": 0.1,
-                     "staleness_0": 48.0, "staleness_1": 16.0 if s % 2 else 0.0, "rejected": 1.0 if s == 5 else 0.0})
+                     "staleness_0": 48.0, "staleness_1": 16.0 if s % 2 else 0.0, "rejected": 1.0 if s == 5 else 0.0,
+                     "lr": 1e-3 * (1 - s / STEPS), "grad_norm": 2.0 + s})
         rows.append({"stage": "rl", "component": "rollout-0", "step": s, "policy_version": float(s - 1),
                      "time": t + 0.5, "reward_mean": 0.5, "tokens_per_s": 900.0})
     rows += [{"stage": "rl", "component": "eval", "step": v, "version": float(v), "time": T0 + 10 + v + 0.2,
-              "sums-heldout/greedy_accuracy": v / 100} for v in (0, 10, 20, 30)]
+              "sums-heldout/greedy_accuracy": v / 100, "sums-heldout/contamination": 0.0} for v in (0, 10, 20, 30)]
+    # A watcher's alert half a second after the trainer reported version 15.
+    rows.append({"stage": "rl", "component": "watcher", "step": 15, "time": T0 + 25.5, "watcher": "reward_hacking",
+                 "alert": "reward_up_accuracy_down", "reward_slope": 0.02, "threshold": 0.0})
     # No version of their own: the page puts them at the trainer's version at their time (12 -> 12).
     rows += [{"stage": "rl", "component": "processors", "step": None, "worker": "w1", "time": T0 + 10 + v + 0.7,
               "clean.in": 64.0 * v, "clean.dropped": float(v // 10)} for v in (12, 24)]
@@ -96,7 +100,8 @@ def open_page(browser, path: Path):
 
 
 TRACES_JS = """key => Array.from(document.getElementById('panel-' + key).data).map(t => ({
-    series: t.meta.series, kind: t.meta.kind, x: Array.from(t.x), y: Array.from(t.y)}))"""
+    series: t.meta.series, kind: t.meta.kind, x: Array.from(t.x), y: Array.from(t.y), yaxis: t.yaxis || 'y',
+    stackgroup: t.stackgroup || null, text: t.text ? Array.from(t.text) : null}))"""
 
 
 def traces(page, key: str) -> dict[tuple[str, str], dict]:
@@ -115,9 +120,11 @@ def test_the_page_shows_the_runs_numbers_and_switches_its_x_axis(tmp_path, brows
     assert smoothed["y"] == pytest.approx(smooth(raw["y"], smoothing_weight(STEPS)))
     heldout = traces(page, "heldout")[("rl/eval:sums-heldout/greedy_accuracy", "raw")]
     assert heldout["y"] == pytest.approx([0.0, 0.1, 0.2, 0.3])  # 4 points: drawn as they are
-    stale = traces(page, "staleness")[("rl/trainer:staleness 1", "raw")]
-    assert stale["y"][:2] == pytest.approx([0.25, 0.0])  # 16 of 64, then none
-    assert traces(page, "rejections").keys() == {("rl/trainer:stale", "raw"), ("rl/clean:truncated", "raw")}
+    stale = traces(page, "staleness")[("rl/trainer:staleness 1", "stacked")]  # 16 of 64, then none, smoothed
+    assert stale["y"] == pytest.approx(smooth([0.25 if s % 2 else 0.0 for s in range(1, STEPS + 1)],
+                                              smoothing_weight(STEPS)))
+    assert traces(page, "rejections").keys() - {("alerts", "alert")} == {("rl/trainer:stale", "raw"),
+                                                                         ("rl/clean:truncated", "raw")}
     assert traces(page, "rejections")[("rl/trainer:stale", "raw")]["y"] == [1, 2, 3]  # from the archive, cumulative
 
     page.check("input[value=version]")
@@ -152,4 +159,33 @@ def test_without_an_archive_the_page_says_its_rejections_are_the_metrics(tmp_pat
     page.wait_for_function("document.body.dataset.axis === 'version'")
     # The processors' events carry no version: they sit at the trainer's at their time.
     assert traces(page, "rejections")[("rl/processors@w1:clean.dropped", "raw")]["x"] == [12.0, 24.0]
+    assert errors == []
+
+
+def test_the_header_the_learning_rate_axis_the_stacked_staleness_and_the_alerts(tmp_path, browser):
+    run_dir = make_run(tmp_path, archive=False)
+    page, errors, outside = open_page(browser, run_dir / "report" / "index.html")
+    assert errors == [] and outside == []
+    notes = page.evaluate("Array.from(document.querySelectorAll('p.note')).map(p => p.innerText)")
+    assert ("stage rl: model tiny; rl (ppo_clip, token_mean), advantage grpo; batch 8, max staleness 4; engine "
+            "transformers; weights by kafka; eval sums-heldout: held out (no training prompt)") in notes, notes
+    assert any(n.startswith("stage warmup: model tiny;") for n in notes)
+    # The learning rate (1e-3) on an axis of its own: beside a gradient norm of 32 it would read as 0.
+    optimizer = traces(page, "optimizer")
+    assert optimizer[("rl/trainer:lr", "smoothed")]["yaxis"] == "y2"
+    assert optimizer[("rl/trainer:grad_norm", "smoothed")]["yaxis"] == "y"
+    right = page.evaluate("(() => { const l = document.getElementById('panel-optimizer')._fullLayout;"
+                          " return {title: l.yaxis2.title.text, top: l.yaxis2.range[1], left: l.yaxis.range[1]}; })()")
+    assert right["title"] == "learning rate" and 1e-3 <= right["top"] < 2e-3 and right["left"] > 30
+    # Staleness shares as stacked areas, with no raw band over them.
+    stale = traces(page, "staleness")
+    assert {kind for _, kind in stale} == {"stacked", "alert"} and all(
+        t["stackgroup"] == "shares" for (_, kind), t in stale.items() if kind == "stacked")
+    # The alert on every panel, at its time and, on the version axis, at version 15.
+    for key in ("reward", "optimizer", "staleness", "heldout"):
+        alert = traces(page, key)[("alerts", "alert")]
+        assert alert["x"] == [25.5] and alert["text"] == ["reward_hacking: reward_up_accuracy_down"], key
+    page.check("input[value=version]")
+    page.wait_for_function("document.body.dataset.axis === 'version'")
+    assert traces(page, "reward")[("alerts", "alert")]["x"] == [15.0]
     assert errors == []

@@ -45,13 +45,13 @@ def test_report_plots_each_panel_and_summarises(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     panels = collect(rows)
     assert {s.name for s in panels["loss"]} == {"loss", "kl", "clip_fraction"}
-    (accuracy, _) = panels["held-out"]
+    (accuracy, _) = panels["evaluation"]
     assert accuracy.name == "sums/greedy_accuracy" and accuracy.versions == [0, 5] and accuracy.values == [0.0, 0.5]
     assert [s.name for s in panels["reward"]] == ["reward_mean"]
     assert [s.name for s in panels["throughput"]] == ["tokens_per_s"]
     summary = write_report(tmp_path).read_text()
     assert "| rl/processor:reward_mean | 10 | 0 | 0.9 |" in summary  # stage-labelled; first/last tenth
-    for panel in ("reward", "staleness", "throughput", "loss", "held-out", "held-out-by-version"):
+    for panel in ("reward", "staleness", "throughput", "loss", "evaluation", "evaluation-by-version"):
         assert (tmp_path / "report" / f"{panel}.png").stat().st_size > 1000
 
 
