@@ -4,10 +4,14 @@ evaluation taskset was (the evaluator's measured contamination)."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Any
 
 from undertow.infra.run.config import load_run_config, stage_config
+from undertow.processors import builtins as _builtins  # noqa: F401  (registers the built-in processors)
+from undertow.processors.api import PROCESSORS
+from undertow.trainer.objectives import objectives
 
 
 def settings_lines(run_dir: Path, rows: list[dict]) -> list[str]:
@@ -25,7 +29,9 @@ def settings_lines(run_dir: Path, rows: list[dict]) -> list[str]:
 
 def describe(cfg: Any) -> str:
     algo, batching = cfg.trainer.algorithm, cfg.trainer.batching
-    loss = algo.objective if algo.objective != "rl" else f"rl ({_name(algo.policy_loss)}, {_name(algo.aggregation)})"
+    loss = algo.objective
+    if objectives.get(algo.objective).importance_sampled:  # it trains through a policy loss
+        loss += f" ({_name(algo.policy_loss)}, {_name(algo.aggregation)})"
     return (f"model {_model(cfg.model)}; {loss}, advantage {_advantage(cfg.processors.pipeline)}; "
             f"batch {batching.experiences or f'{batching.token_budget} tokens'}, max staleness "
             f"{batching.max_staleness}; engine {_name(cfg.rollout.engine)}; weights by {cfg.trainer.weights.transport}"
@@ -46,10 +52,13 @@ def _model(model: Any) -> str:
 
 
 def _advantage(pipeline: list[Any]) -> str:
-    reshape = next((e for e in pipeline if (e if isinstance(e, str) else e.get("name")) == "reshape"), None)
-    if reshape is None:
-        return "none (no reshape stage)"
-    return _name(reshape.get("advantage", "grpo")) if isinstance(reshape, dict) else "grpo"
+    """The advantage estimator of the first processor that takes one: as configured, else its default."""
+    for entry in pipeline:
+        component = PROCESSORS.resolve(entry)
+        taken = inspect.signature(component.obj).parameters.get("advantage")
+        if taken is not None:
+            return _name(component.kwargs.get("advantage", taken.default))
+    return "none (no processor computes one)"
 
 
 def _name(entry: Any) -> str:
