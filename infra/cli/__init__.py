@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import typer
 
-from undertow.infra.cli.broker import broker_app
-from undertow.infra.cli.config import config_app
-from undertow.infra.cli.eval import eval_command
-from undertow.infra.cli.history import archive, query, replay
-from undertow.infra.cli.monitor import monitor
-from undertow.infra.cli.processors import process
-from undertow.infra.cli.rollout import rollout_cli
-from undertow.infra.cli.run import run
-from undertow.infra.cli.status import report, status
-from undertow.infra.cli.tail import tail
-from undertow.infra.cli.topics import topics_app
-from undertow.infra.cli.trainer import train
-from undertow.infra.cli.watch import watch
+# Modules, not their functions: `undertow.infra.cli.run` must stay the module (a function of the
+# same name bound here would hide it from `import undertow.infra.cli.run as ...` and from mock.patch).
+from undertow.infra.cli import broker, config, history, monitor, processors, rollout, run, status, tail, topics
+from undertow.infra.cli import eval as evaluation
+from undertow.infra.cli import trainer, watch
 
 app = typer.Typer(
     name="undertow",
@@ -25,23 +17,22 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.command("run")(run)
-app.command("status")(status)
-app.command("report")(report)
-app.add_typer(rollout_cli)  # undertow feed, undertow rollout
-app.command("process")(process)
-app.command("train")(train)
-app.command("eval")(eval_command)
-app.command("watch")(watch)
-app.command("archive")(archive)
-app.command("query")(query)
-app.command("replay")(replay)
-app.command("monitor")(monitor)
-app.command("tail")(tail)
-app.add_typer(broker_app, name="broker")
-app.add_typer(topics_app, name="topics")
-app.add_typer(config_app, name="config")
-
+app.command("run")(run.run)
+app.command("status")(status.status)
+app.command("report")(status.report)
+app.add_typer(rollout.rollout_cli)  # undertow feed, undertow rollout
+app.command("process")(processors.process)
+app.command("train")(trainer.train)
+app.command("eval")(evaluation.eval_command)
+app.command("watch")(watch.watch)
+app.command("archive")(history.archive)
+app.command("query")(history.query)
+app.command("replay")(history.replay)
+app.command("monitor")(monitor.monitor)
+app.command("tail")(tail.tail)
+app.add_typer(broker.broker_app, name="broker")
+app.add_typer(topics.topics_app, name="topics")
+app.add_typer(config.config_app, name="config")
 
 def main() -> None:
     app()

@@ -14,19 +14,18 @@ from rich.table import Table
 from undertow.infra.cli.common import console, user_errors
 from undertow.infra.report.metrics_log import MetricsRecorder, read_metrics
 
-# (label, component prefix, metric) shown in the live view.
+# (label, short label for a log line, component prefix, metric) shown in the live view.
 LIVE_ROWS = [
-    ("trainer step", "trainer", "version"),
-    ("loss", "trainer", "loss"),
-    ("mean reward (trained)", "trainer", "reward_mean"),
-    ("mean reward (rollout)", "rollout", "reward_mean"),
-    ("staleness (mean)", "trainer", "staleness_mean"),
-    ("policy version (rollout)", "rollout", "policy_version"),
-    ("train tokens/s", "trainer", "tokens_per_s"),
-    ("rollout tokens/s", "rollout", "tokens_per_s"),
-    ("trainer wait s / step", "trainer", "wait_s"),
+    ("trainer step", "step", "trainer", "version"),
+    ("loss", "loss", "trainer", "loss"),
+    ("mean reward (trained)", "reward", "trainer", "reward_mean"),
+    ("mean reward (rollout)", "rollout reward", "rollout", "reward_mean"),
+    ("staleness (mean)", "staleness", "trainer", "staleness_mean"),
+    ("policy version (rollout)", "rollout version", "rollout", "policy_version"),
+    ("train tokens/s", "train tok/s", "trainer", "tokens_per_s"),
+    ("rollout tokens/s", "rollout tok/s", "rollout", "tokens_per_s"),
+    ("trainer wait s / step", "wait s", "trainer", "wait_s"),
 ]
-
 
 def run(config: Optional[Path] = typer.Argument(None, exists=True, dir_okay=False, help="Run config (YAML)."),
         resume: Optional[Path] = typer.Option(None, exists=True, file_okay=False,
@@ -71,7 +70,7 @@ def _table(stage: str, recorder: MetricsRecorder) -> Table:
     table = Table(title=f"undertow — stage {stage}", show_header=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for label, component, name in LIVE_ROWS:
+    for label, _, component, name in LIVE_ROWS:
         value = recorder.value(component, name)
         table.add_row(label, "-" if value is None else f"{value:.4g}")
     return table
@@ -91,8 +90,8 @@ def _log_view(every_s: float):
         if time.time() - last[0] < every_s:
             return
         last[0] = time.time()
-        parts = [f"{label}={v:.4g}" for label, c, n in LIVE_ROWS if (v := recorder.value(c, n)) is not None]
-        console.print(f"[{stage}] " + (", ".join(parts) or "starting…"), highlight=False)
+        parts = [f"{short} {v:.4g}" for _, short, c, n in LIVE_ROWS if (v := recorder.value(c, n)) is not None]
+        console.print(f"[{stage}] " + (" · ".join(parts) or "starting…"), highlight=False, markup=False, soft_wrap=True)
     return view
 
 
@@ -105,7 +104,7 @@ def _summary(run_dir: Path) -> None:
         values = [r["reward_mean"] for r in rows if r.get("stage", "main") == stage]
         k = max(1, len(values) // 10)
         console.print(f"stage {stage}: {len(values)} steps, mean reward {sum(values[:k]) / k:.3f} (first {k}) → "
-                      f"{sum(values[-k:]) / k:.3f} (last {k})")
+                      f"{sum(values[-k:]) / k:.3f} (last {k})", soft_wrap=True)
     evals = [r for r in metrics if r.get("component") == "eval"]
     for stage in dict.fromkeys(r.get("stage", "main") for r in evals):
         ours = [r for r in evals if r.get("stage", "main") == stage]
@@ -113,7 +112,7 @@ def _summary(run_dir: Path) -> None:
         for name in sorted(k for k in first if k.endswith("/greedy_accuracy") or "/pass@" in k):
             console.print(f"stage {stage}: eval {name} {first[name]:.3f} (v{first.get('version', 0):.0f}) → "
                           f"{last.get(name, float('nan')):.3f} (v{last.get('version', 0):.0f}), "
-                          f"{_held_out(first.get(name.split('/')[0] + '/contamination'))}")
+                          f"{_held_out(first.get(name.split('/')[0] + '/contamination'))}", soft_wrap=True)
 
 
 def _held_out(contamination: float | None) -> str:
