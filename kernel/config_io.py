@@ -59,6 +59,17 @@ def _model_in(annotation: Any) -> Any:
     return None
 
 
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """`override` on top of `base`, mappings merged key by key, anything else (a list too) replaced;
+    a component entry naming another component ({name: …}) replaces the old one whole, arguments and all."""
+    out = dict(base)
+    for key, value in override.items():
+        old = out.get(key)
+        same = isinstance(value, dict) and isinstance(old, dict) and value.get("name", old.get("name")) == old.get("name")
+        out[key] = deep_merge(old, value) if same else value
+    return out
+
+
 def load_yaml(path: str | Path) -> dict:
     """A YAML file's top-level mapping."""
     try:

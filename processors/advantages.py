@@ -1,7 +1,8 @@
 """Group-relative advantage estimators: one scalar per sequence from the rewards of its group.
 
-Each takes the group's rewards (shape [G]) and returns advantages (shape [G]). The reshape stage
-repeats a sequence's advantage once per response token.
+Each takes the group's rewards (shape [G]) and returns advantages (shape [G]); one that also
+declares `lengths` gets the answers' token counts ([G]). The reshape stage repeats a sequence's
+advantage once per response token.
 """
 
 from __future__ import annotations
@@ -41,6 +42,16 @@ def rloo(rewards: np.ndarray) -> np.ndarray:
     if g < 2:
         return np.zeros_like(rewards)
     return (rewards * g - rewards.sum()) / (g - 1)
+
+
+@advantage("opo")
+def opo(rewards: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """r - b* with b* = Σ l_i r_i / Σ l_i, the length-weighted mean: OPO's optimal baseline (Hao et al.
+    2025, eq. 6), the variance-minimising one when every token's gradient has about the same norm."""
+    if len(rewards) < 2:
+        return np.zeros_like(rewards)
+    weights = np.maximum(lengths, 1)  # an empty answer still counts once
+    return rewards - (weights * rewards).sum() / weights.sum()
 
 
 @advantage("reinforce")

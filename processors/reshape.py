@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Mapping
 
 import numpy as np
@@ -17,7 +18,7 @@ Entry = str | Mapping[str, Any]
 
 @processor("reshape")
 class Reshape:
-    """advantage: an estimator (grpo, dr_grpo, rloo, reinforce, or a dotted path);
+    """advantage: an estimator (grpo, dr_grpo, rloo, opo, reinforce, or a dotted path);
     shaping: shapers in order (overlong, length_penalty, clip, scale, …);
     dynamic_sampling: DAPO's filter (Yu et al. 2025, §3.2): a group whose raw rewards are all
     equal carries no learning signal under a group-relative estimator, so it is rejected."""
@@ -25,6 +26,7 @@ class Reshape:
     def __init__(self, *, advantage: Entry = "grpo", shaping: list[Entry] = (), dynamic_sampling: bool = False,
                  min_group_size: int = 1):
         self.estimator = ADVANTAGES.resolve(advantage).bind()  # a class: one stateful instance per stage
+        self.takes_lengths = "lengths" in inspect.signature(self.estimator).parameters
         self.shapers = [SHAPERS.resolve(e).bind() for e in shaping]
         self.dynamic_sampling, self.min_group_size = dynamic_sampling, min_group_size
 
@@ -41,7 +43,7 @@ class Reshape:
         shaped = raw
         for shape in self.shapers:
             shaped = shape(shaped, lengths)
-        adv = self.estimator(shaped)  # [G]
+        adv = self.estimator(shaped, lengths) if self.takes_lengths else self.estimator(shaped)  # [G]
         # Records carry float32: a finite float64 beyond its range would arrive as inf and poison a batch.
         if not (np.all(np.abs(shaped) <= FLOAT32_MAX) and np.all(np.abs(adv) <= FLOAT32_MAX)):
             return Reject("non_finite", f"rewards {shaped.tolist()[:8]} give advantages {adv.tolist()[:8]} "

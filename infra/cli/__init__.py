@@ -6,7 +6,7 @@ import typer
 
 # Modules, not their functions: `undertow.infra.cli.run` must stay the module (a function of the
 # same name bound here would hide it from `import undertow.infra.cli.run as ...` and from mock.patch).
-from undertow.infra.cli import broker, config, history, monitor, processors, rollout, run, status, tail, topics
+from undertow.infra.cli import algorithms, broker, config, history, monitor, processors, rollout, run, status, tail, topics
 from undertow.infra.cli import eval as evaluation
 from undertow.infra.cli import trainer, watch
 
@@ -33,6 +33,7 @@ app.command("tail")(tail.tail)
 app.add_typer(broker.broker_app, name="broker")
 app.add_typer(topics.topics_app, name="topics")
 app.add_typer(config.config_app, name="config")
+app.command("algorithms")(algorithms.algorithms)
 
 def main() -> None:
     app()

@@ -10,8 +10,10 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from undertow.kernel.config_io import ConfigError, load_yaml, validation_message
+from undertow.kernel.config_io import ConfigError, deep_merge, load_yaml, validation_message
+from undertow.infra.algorithms import expand, presets
 from undertow.infra.run.rules import problems
+from undertow.kernel.registry import RegistryError, checked_entry
 from undertow.infra.monitor import MonitorConfig
 from undertow.processors.config import ProcessorsConfig
 from undertow.rollout.config import EvalConfig, FeederConfig, RolloutConfig
@@ -91,6 +93,10 @@ class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     namespace: str = Field("undertow", pattern=NAMESPACE_PATTERN, description="topic namespace (stages add -<stage name>)")
+    algorithm: str | dict[str, Any] | None = Field(None, description=(
+        "an algorithm preset (infra/algorithms/: grpo, dapo, dr_grpo, gspo, gmpo, cispo, rloo, reinforce, gpg, "
+        "opo; or a dotted path, or {name: …, **options}): the processors' advantage and the trainer's loss in one "
+        "place; what the sections set explicitly overrides it (`undertow algorithms` lists them)"))
     kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="brokers; none: a local one is started")
     model: ModelSpec = Field(default_factory=ModelSpec, description="the policy model")
     feeder: FeederConfig = Field(default_factory=FeederConfig, description="the task feeder")
@@ -105,6 +111,19 @@ class RunConfig(BaseModel):
     watchers: list[WatcherEntry] = Field(default_factory=list, description="stream watchers (a name, a dotted path, "
                                          "or {name: …, **kwargs}); `undertow run` starts `undertow watch` when it names any")
     run: RunSection = Field(default_factory=RunSection, description="supervision")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset_under_the_sections(cls, data: Any) -> Any:
+        """The preset's settings go under the file's own; an unknown preset is left to `_known_preset`."""
+        if isinstance(data, dict) and data.get("algorithm") is not None:
+            try:
+                return expand(data)
+            except RegistryError:
+                return data
+        return data
+
+    _known_preset = field_validator("algorithm")(lambda cls, v: v if v is None else checked_entry(presets, v))
 
     @field_validator("watchers")
     @classmethod
@@ -159,14 +178,6 @@ def stage_mapping(raw: dict[str, Any], stage: RunStage | None) -> dict[str, Any]
         merged[section] = deep_merge(merged.get(section) or {}, getattr(stage, section))
     merged["namespace"] = f"{merged.get('namespace', 'undertow')}-{stage.name}"
     return merged
-
-
-def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    """`override` on top of `base`, mappings merged key by key, anything else replaced."""
-    out = dict(base)
-    for key, value in override.items():
-        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
-    return out
 
 
 def write_yaml(path: Path, data: dict[str, Any]) -> Path:

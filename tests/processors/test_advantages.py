@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from undertow.processors.advantages import ADVANTAGES, ReinforceBaseline, dr_grpo, grpo, rloo
+from undertow.processors.advantages import ADVANTAGES, ReinforceBaseline, dr_grpo, grpo, opo, rloo
 from undertow.processors.shaping import clip, length_penalty, overlong, scale
 
 R = np.array([1.0, 0.0, 0.0, 0.0])
@@ -31,13 +31,30 @@ def test_reinforce_uses_the_baseline_from_before_the_group():
     np.testing.assert_allclose(est(np.array([1.0, 1.0])), [0.95, 0.95])
 
 
+def test_opo_subtracts_the_length_weighted_mean():
+    # lengths 1, 3, 4: b* = (1·1 + 3·0 + 4·0) / 8 = 0.125
+    np.testing.assert_allclose(opo(np.array([1.0, 0.0, 0.0]), np.array([1.0, 3.0, 4.0])), [0.875, -0.125, -0.125])
+    # equal lengths: the plain mean, as Dr. GRPO's
+    np.testing.assert_allclose(opo(R, np.full(4, 7.0)), dr_grpo(R))
+
+
+def test_the_reshape_stage_hands_lengths_to_an_estimator_that_takes_them():
+    from tests.helpers import exp
+    from undertow.processors.reshape import Reshape
+
+    group = [exp("g", i, 3, r, tokens=n) for i, (r, n) in enumerate([(1.0, 1), (0.0, 3), (0.0, 4)])]
+    out = Reshape(advantage="opo").process_group(group)
+    assert [e.advantages[0] for e in out] == pytest.approx([0.875, -0.125, -0.125])
+
+
 def test_single_sample_groups_get_zero_advantage():
     for fn in (grpo, rloo):
         assert fn(np.array([3.0])).tolist() == [0.0]
+    assert opo(np.array([3.0]), np.array([2.0])).tolist() == [0.0]
 
 
 def test_estimators_are_registered_by_short_name():
-    assert set(ADVANTAGES.names()) >= {"grpo", "dr_grpo", "rloo", "reinforce"}
+    assert set(ADVANTAGES.names()) >= {"grpo", "dr_grpo", "rloo", "opo", "reinforce"}
 
 
 def test_dapo_overlong_ramp():

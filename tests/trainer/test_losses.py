@@ -46,8 +46,8 @@ def test_ppo_clips_positive_advantage_and_keeps_pessimistic_negative():
 
 def test_dual_clip_bounds_a_huge_ratio_with_negative_advantage():
     inp, logp = inputs([math.log(5.0)], [0.0], [-1.0])
-    assert loss_of("ppo_clip", inp, logp)[1] == pytest.approx([5.0])
-    assert loss_of("ppo_clip", inp, logp, dual_clip=3.0)[1] == pytest.approx([3.0])  # min(5, c·|A|)
+    assert loss_of("ppo_clip", inp, logp, dual_clip=None)[1] == pytest.approx([5.0])
+    assert loss_of("ppo_clip", inp, logp)[1] == pytest.approx([3.0])  # min(5, c·|A|), c = 3 by default
 
 
 def test_dapo_clip_higher_lets_ratio_rise_further():
@@ -126,7 +126,7 @@ def test_dpo_matches_its_closed_form():
     assert dpo_loss(t(-2.0), t(-2.0), t(-2.0), t(-2.0)).loss.item() == pytest.approx(math.log(2))
 
 
-LOSSES = ["ppo_clip", "dapo", "gspo", "cispo", "reinforce", "truncated_is", "decoupled_ppo"]
+LOSSES = ["ppo_clip", "dapo", "gspo", "gmpo", "cispo", "reinforce", "truncated_is", "decoupled_ppo"]
 
 
 @pytest.mark.parametrize("name", LOSSES)
@@ -160,3 +160,60 @@ def test_k3_is_clamped_like_verl():
     assert k3[2].item() == pytest.approx(1 - math.log(2.0))
     k3.sum().backward()
     assert logp.grad.tolist()[:2] == [0.0, 0.0] and logp.grad[2].item() == pytest.approx(1 - 2.0)
+
+
+def test_every_registered_loss_is_listed_here():
+    assert sorted(LOSSES) == policy_losses.names()
+
+
+@pytest.mark.parametrize("log_ratio", [100.0, -100.0])
+@pytest.mark.parametrize("advantage", [1.0, -1.0])
+@pytest.mark.parametrize("name", LOSSES)
+def test_every_loss_is_finite_and_bounded_at_an_extreme_log_ratio(name, advantage, log_ratio):
+    """One valid token 100 nats away from the behaviour policy (fp32, as trained): before the clamps
+    GSPO's loss was 7.3e7 and REINFORCE's -8.1e6. Bounded as verl's clamps bound them: by e^10 · |A|
+    times the token's |log π| (REINFORCE-style losses multiply by it), and the gradient finite."""
+    logp = torch.tensor([[-0.5, -1.0]], requires_grad=True)
+    inp = PolicyInputs(mask=torch.ones(1, 2), advantages=torch.full((1, 2), advantage),
+                       behaviour_logp=torch.tensor([[-0.5 - log_ratio, -1.0]]), proximal_logp=torch.tensor([[-0.5, -1.0]]))
+    out = policy_losses.get(name)(inp, logp)
+    loss = aggregations.get("token_mean")(out.token_loss, inp.mask)
+    loss.backward()
+    bound = math.exp(10.0) * abs(advantage) * 1.0
+    assert torch.isfinite(out.token_loss).all() and torch.isfinite(logp.grad).all()
+    assert out.token_loss.abs().max().item() <= bound, out.token_loss
+
+
+def gmpo_by_the_paper(logp: list[float], behaviour: list[float], adv: float, eps: float) -> torch.Tensor:
+    """−sgn(A) · Π_t |min(r_t A, clip(r_t, e^−ε, e^ε) A)|^(1/|o|), written as the paper's product (eq. 6):
+    an independent form of what trainer/algorithms/gmpo.py computes in log space."""
+    lp = torch.tensor(logp, dtype=torch.float64, requires_grad=True)
+    r = torch.exp(lp - torch.tensor(behaviour, dtype=torch.float64))
+    clipped = r.clamp(math.exp(-eps), math.exp(eps))
+    factors = torch.minimum(r * adv, clipped * adv).abs()  # |min(r_t A, clip(r_t) A)|
+    objective = math.copysign(1.0, adv) * torch.prod(factors) ** (1 / len(logp))
+    return -objective, lp
+
+
+@pytest.mark.parametrize("adv", [1.0, -1.0, 2.5])
+def test_gmpo_matches_the_papers_product_form_in_value_and_gradient(adv):
+    logp, behaviour = [-1.0, -0.7, -2.0], [-1.1, -1.3, -1.8]  # log-ratios 0.1, 0.6 (clipped at 0.4 for A > 0), -0.2
+    expected, lp = gmpo_by_the_paper(logp, behaviour, adv, eps=0.4)
+    expected.backward()
+    inp, ours = inputs(logp, behaviour, [adv] * 3)
+    out = policy_losses.get("gmpo")(inp, ours, eps_low=0.4, eps_high=0.4)
+    loss = aggregations.get("seq_mean_token_mean")(out.token_loss, inp.mask)
+    loss.backward()
+    assert loss.item() == pytest.approx(expected.item())
+    assert ours.grad[0].tolist() == pytest.approx(lp.grad.tolist())
+
+
+def test_gmpo_by_hand():
+    # log-ratios 0.1 and 0.6, A = +1, ε = 0.4: ℓ = (0.1, 0.4), s = e^0.25; the clipped token gets no gradient.
+    inp, logp = inputs([0.1, 0.6], [0.0, 0.0], [1.0, 1.0])
+    out = policy_losses.get("gmpo")(inp, logp)
+    loss = aggregations.get("seq_mean_token_mean")(out.token_loss, inp.mask)
+    loss.backward()
+    assert loss.item() == pytest.approx(-math.exp(0.25))
+    assert logp.grad[0].tolist() == pytest.approx([-math.exp(0.25) / 2, 0.0])
+    assert out.metrics["clip_fraction"] == pytest.approx(0.5)

@@ -3,7 +3,7 @@
 Importing this package registers every built-in; a config names one by short name or dotted path.
 """
 
-from . import aggregation, cispo, decoupled_ppo, gspo, kl, ppo, reinforce  # noqa: F401  (registers)
+from . import aggregation, cispo, decoupled_ppo, gmpo, gspo, kl, ppo, reinforce  # noqa: F401  (registers)
 from .base import LossOut, PolicyInputs, Totals, aggregations, kl_estimators, masked, masked_mean, policy_losses
 from .dpo import DPOOut, dpo_loss
 from .kl import entropy

@@ -4,8 +4,9 @@ Tensor shapes: B sequences, T positions of the shifted sequence (token t+1 predi
 Every per-token tensor is zero where `mask` is 0 (prompt, padding, observation tokens).
 
 Numbers stay finite: log-ratios are clamped to ±20 before `exp` (as verl does; e^20 ≈ 4.9e8 is
-still finite in fp32, so 0 × it is 0 in the backward pass too), and masking uses `torch.where`,
-because an overflow at a masked position times a mask of 0 is NaN, not 0.
+still finite in fp32, so 0 × it is 0 in the backward pass too), to ±10 where no clip bounds the
+weight, and masking uses `torch.where`, because an overflow at a masked position times a mask of 0
+is NaN, not 0.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ aggregations: Registry = Registry("aggregation")
 kl_estimators: Registry = Registry("kl estimator")
 
 MAX_LOG_RATIO = 20.0
+# An importance weight no clip bounds (a sequence's ratio, REINFORCE's weight) is clamped harder:
+# e^10 ≈ 2.2e4, verl's bound on GSPO's sequence ratio.
+MAX_WEIGHT_LOG_RATIO = 10.0
 
 
 @dataclass

@@ -29,13 +29,14 @@ def clipped_surrogate(inp: PolicyInputs, logp: torch.Tensor, eps_low: float, eps
 
 
 @policy_losses.register("ppo_clip")
-def ppo_clip(inp: PolicyInputs, logp: torch.Tensor, *, eps: float = 0.2, dual_clip: float | None = None) -> LossOut:
-    """PPO's symmetric clip; `dual_clip` (e.g. 3.0) adds the lower bound for negative advantages."""
+def ppo_clip(inp: PolicyInputs, logp: torch.Tensor, *, eps: float = 0.2, dual_clip: float | None = 3.0) -> LossOut:
+    """PPO's symmetric clip, with the dual clip's bound for negative advantages (3, verl's default;
+    None: without it, a stale token's loss can reach e^20 · |A|)."""
     return clipped_surrogate(inp, logp, eps, eps, dual_clip)
 
 
 @policy_losses.register("dapo")
 def dapo(inp: PolicyInputs, logp: torch.Tensor, *, eps_low: float = 0.2, eps_high: float = 0.28,
-         dual_clip: float | None = None) -> LossOut:
+         dual_clip: float | None = 3.0) -> LossOut:
     """DAPO clip-higher: a wider upper bound lets low-probability tokens rise (against entropy collapse)."""
     return clipped_surrogate(inp, logp, eps_low, eps_high, dual_clip)
