@@ -8,7 +8,7 @@ from undertow.processors.api import PROCESSORS, Reject, Stage, build_stages, pro
 from undertow.processors.groups import Arrival
 from undertow.processors.harness import Harness
 from undertow.processors.pipeline import Dropped, Output, Pipeline
-from undertow.processors.score import reward
+from undertow.processors.score import stream_score
 
 __all__ = ["PROCESSORS", "Arrival", "Dropped", "Harness", "Output", "Pipeline", "Reject", "Stage",
-           "build_stages", "processor", "reward"]
+           "build_stages", "processor", "stream_score"]

@@ -1,7 +1,8 @@
-"""`score`: reward functions in the stream, and a hook for a model-based scorer called in batches.
+"""`score`: scores computed in the stream, and a hook for a model-based scorer called in batches.
 
-A stream reward is `fn(exp: Experience, **kwargs) -> dict[str, float]` (named components). A
-scorer is a callable (or a class built with its kwargs, then called) taking a list of experiences
+A stream score is `fn(exp: Experience, **kwargs) -> dict[str, float]` (named reward components):
+it sees the whole experience, where a rollout reward (rollout/rewards/) sees a response and its task,
+so the two have registries and names of their own (none is shared). A scorer is a callable (or a class built with its kwargs, then called) taking a list of experiences
 and returning one dict of components per experience. Components are merged into
 `reward_components`; an unscored experience gets their sum as its reward, a scored one gets them
 added when `add_to_reward` is set.
@@ -16,31 +17,31 @@ from undertow.kernel.registry import Registry
 from undertow.schemas import Experience
 from undertow.processors.api import Reject, processor
 
-REWARDS: Registry[Callable[..., dict[str, float]]] = Registry("stream reward")
+STREAM_SCORES: Registry[Callable[..., dict[str, float]]] = Registry("stream score")
 SCORERS: Registry[Any] = Registry("scorer")
 
 Entry = str | Mapping[str, Any]
 
 
-def reward(name: str) -> Callable[[Any], Any]:
-    """Decorator registering a stream reward under a short name."""
-    return REWARDS.register(name)
+def stream_score(name: str) -> Callable[[Any], Any]:
+    """Decorator registering a stream score under a short name."""
+    return STREAM_SCORES.register(name)
 
 
-@reward("format")
-def format_reward(exp: Experience, *, pattern: str = r"\\boxed\{[^}]*\}", weight: float = 0.1) -> dict[str, float]:
+@stream_score("format_bonus")
+def format_bonus(exp: Experience, *, pattern: str = r"\\boxed\{[^}]*\}", weight: float = 0.1) -> dict[str, float]:
     """`weight` when the response matches `pattern` (a regular expression), else 0."""
-    return {"format": weight if re.search(pattern, exp.response_text) else 0.0}
+    return {"format_bonus": weight if re.search(pattern, exp.response_text) else 0.0}
 
 
-@reward("length")
-def length_reward(exp: Experience, *, target_tokens: int = 256, weight: float = 0.1) -> dict[str, float]:
+@stream_score("length_bonus")
+def length_bonus(exp: Experience, *, target_tokens: int = 256, weight: float = 0.1) -> dict[str, float]:
     """-weight * |n - target| / target: prefers responses near a target length."""
     n = len(exp.response_tokens)
-    return {"length": -weight * abs(n - target_tokens) / target_tokens}
+    return {"length_bonus": -weight * abs(n - target_tokens) / target_tokens}
 
 
-@reward("metadata_answer")
+@stream_score("metadata_answer")
 def metadata_answer(exp: Experience, *, field: str = "answer") -> dict[str, float]:
     """1 when the stripped response equals `metadata[field]` (the reference answer rollout attached)."""
     answer = exp.metadata.get(field)
@@ -49,11 +50,11 @@ def metadata_answer(exp: Experience, *, field: str = "answer") -> dict[str, floa
 
 @processor("score")
 class Score:
-    """Applies `rewards` to each record and `scorer` to batches of `batch_size`."""
+    """Applies the stream `scores` to each record and `scorer` to batches of `batch_size`."""
 
-    def __init__(self, *, rewards: list[Entry] = (), scorer: Entry | None = None, batch_size: int = 32,
+    def __init__(self, *, scores: list[Entry] = (), scorer: Entry | None = None, batch_size: int = 32,
                  add_to_reward: bool = True, overwrite: bool = False):
-        self.rewards = [REWARDS.resolve(e).bind() for e in rewards]
+        self.scores = [STREAM_SCORES.resolve(e).bind() for e in scores]
         self.scorer = SCORERS.resolve(scorer).bind() if scorer is not None else None
         self.batch_size, self.add_to_reward, self.overwrite = batch_size, add_to_reward, overwrite
 
@@ -71,7 +72,7 @@ class Score:
 
     def _rewards(self, exp: Experience) -> dict[str, float]:
         out: dict[str, float] = {}
-        for fn in self.rewards:
+        for fn in self.scores:
             out.update(fn(exp))
         return out
 

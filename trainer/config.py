@@ -95,7 +95,7 @@ class AlgorithmConfig(_Section):
     objective: str = Field("rl", description="a registered objective (trainer/objectives.py): rl and sft on "
                                              "experiences, dpo on preference pairs; or a dotted path")
     policy_loss: Entry = Field("ppo_clip", description="ppo_clip, dapo, gspo, gmpo, cispo, reinforce, truncated_is, decoupled_ppo")
-    aggregation: Entry = Field("token_mean", description="token_mean, seq_mean_token_sum, seq_mean_token_mean, dr_grpo")
+    aggregation: Entry = Field("token_mean", description="token_mean, seq_mean_token_sum, seq_mean_token_mean, seq_mean_token_sum_norm")
     kl: KLConfig = Field(default_factory=KLConfig, description="KL to the reference model")
     entropy_coef: float = Field(0.0, description="entropy bonus weight (loss −= coef · entropy)")
     dpo_beta: float = Field(0.1, gt=0, description="DPO's β")

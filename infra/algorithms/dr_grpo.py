@@ -15,4 +15,4 @@ from undertow.infra.algorithms.preset import Sections, preset, rl
 @preset("dr_grpo")
 def dr_grpo(*, eps: float = 0.2, max_tokens: int = 256) -> Sections:
     return rl("dr_grpo", {"name": "ppo_clip", "eps": eps, "dual_clip": 3.0},
-              {"name": "dr_grpo", "max_tokens": max_tokens})
+              {"name": "seq_mean_token_sum_norm", "max_tokens": max_tokens})

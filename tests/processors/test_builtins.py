@@ -39,13 +39,22 @@ def test_dedupe_by_response_and_its_memory_is_bounded():
 
 
 def test_score_adds_components_and_scores_unscored():
-    h = Harness([{"name": "score", "rewards": [{"name": "format", "pattern": "ANSWER", "weight": 0.5},
-                                                {"name": "length", "target_tokens": 4, "weight": 1.0}]}])
+    h = Harness([{"name": "score", "scores": [{"name": "format_bonus", "pattern": "ANSWER", "weight": 0.5},
+                                               {"name": "length_bonus", "target_tokens": 4, "weight": 1.0}]}])
     h.feed([exp("a", 0, 1, reward=None, text="ANSWER 4", tokens=2), exp("b", 0, 1, reward=1.0, text="no", tokens=4)])
     a, b = h.ready
-    assert a.reward_components == {"format": 0.5, "length": -0.5}  # -1 * |2 - 4| / 4
+    assert a.reward_components == {"format_bonus": 0.5, "length_bonus": -0.5}  # -1 * |2 - 4| / 4
     assert a.reward == pytest.approx(0.0)
-    assert b.reward == pytest.approx(1.0) and b.reward_components == {"format": 0.0, "length": 0.0}
+    assert b.reward == pytest.approx(1.0) and b.reward_components == {"format_bonus": 0.0, "length_bonus": 0.0}
+
+
+def test_no_stream_score_shares_a_name_with_a_rollout_reward():
+    """One name, one contract: `fn(exp)` in the stream, `fn(response, task)` in the rollout."""
+    from undertow.processors.score import STREAM_SCORES
+    from undertow.rollout.rewards import rewards
+
+    assert STREAM_SCORES.names() and rewards.names()
+    assert not set(STREAM_SCORES.names()) & set(rewards.names())
 
 
 def test_the_scorer_hook_is_called_in_batches():

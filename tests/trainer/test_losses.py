@@ -101,7 +101,7 @@ def test_aggregations():
     assert agg("token_mean") == pytest.approx(6 / 3)
     assert agg("seq_mean_token_sum") == pytest.approx((3 + 3) / 2)
     assert agg("seq_mean_token_mean") == pytest.approx((1.5 + 3) / 2)
-    assert agg("dr_grpo", max_tokens=4) == pytest.approx(6 / (2 * 4))
+    assert agg("seq_mean_token_sum_norm", max_tokens=4) == pytest.approx(6 / (2 * 4))
 
 
 def test_kl_estimators_and_entropy():

@@ -15,7 +15,7 @@ from undertow.trainer.step import StepShape, Tally, accumulate, pack, padded_cos
 
 from .helpers import SPEC
 
-AGGREGATIONS = ["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", {"name": "dr_grpo", "max_tokens": 12}]
+AGGREGATIONS = ["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", {"name": "seq_mean_token_sum_norm", "max_tokens": 12}]
 
 
 def varied_experiences(n: int = 8, seed: int = 0) -> list[Experience]:

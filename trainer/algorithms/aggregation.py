@@ -3,7 +3,7 @@
 token_mean            Σ_i,t L / Σ_i,t m            every token weighs the same (DAPO, eq. 12)
 seq_mean_token_sum    1/B Σ_i Σ_t L                every sequence's summed loss (REINFORCE as written)
 seq_mean_token_mean   1/B Σ_i (Σ_t L / Σ_t m)      GRPO's original (Shao et al. 2024, eq. 3)
-dr_grpo               Σ_i,t L / (B · max_tokens)   constant normaliser, no length bias
+seq_mean_token_sum_norm Σ_i,t L / (B · max_tokens) constant normaliser, no length bias: Dr. GRPO's
                                                    (Liu et al. 2025, "Understanding R1-Zero-Like Training")
 
 Σ m and B are the whole optimizer step's (`totals`), not the micro-batch's: the sum over the
@@ -37,8 +37,8 @@ def seq_mean_token_mean(token_loss: torch.Tensor, mask: torch.Tensor, totals: To
     return per_sequence.sum() / max(totals.sequences, 1)
 
 
-@aggregations.register("dr_grpo")
-def dr_grpo(token_loss: torch.Tensor, mask: torch.Tensor, totals: Totals | None = None, *,
+@aggregations.register("seq_mean_token_sum_norm")  # verl's name; Dr. GRPO's advantage is processors' dr_grpo
+def seq_mean_token_sum_norm(token_loss: torch.Tensor, mask: torch.Tensor, totals: Totals | None = None, *,
             max_tokens: int = 256) -> torch.Tensor:
     if max_tokens < 1:
         raise ValueError(f"max_tokens: expected >= 1, got {max_tokens}")
