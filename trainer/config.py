@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from undertow.kernel.registry import checked_entry
 from undertow.streams.weights import WeightsConfig
 
-from .algorithms import aggregations, kl_estimators, policy_losses
+from .algorithms import aggregations, kl_estimators, policy_losses, preference_losses
 from .objectives import objectives
 
 Entry = str | dict[str, Any]  # a registry entry: `name` or {name: …, **kwargs}
@@ -99,11 +99,14 @@ class AlgorithmConfig(_Section):
     kl: KLConfig = Field(default_factory=KLConfig, description="KL to the reference model")
     entropy_coef: float = Field(0.0, description="entropy bonus weight (loss −= coef · entropy)")
     dpo_beta: float = Field(0.1, gt=0, description="DPO's β")
+    preference_loss: Entry = Field("sigmoid", description="dpo's loss of the pair margin: sigmoid (DPO), robust "
+                                                          "(label smoothing), hinge (SLiC), ipo; or a dotted path")
     temperature: float = Field(1.0, gt=0, description="sampling temperature of the rollout engine (log-probs use it)")
 
     _check_objective = field_validator("objective")(lambda cls, v: checked_entry(objectives, v))
     _check_loss = field_validator("policy_loss")(lambda cls, v: checked_entry(policy_losses, v))
     _check_agg = field_validator("aggregation")(lambda cls, v: checked_entry(aggregations, v))
+    _check_pref = field_validator("preference_loss")(lambda cls, v: checked_entry(preference_losses, v))
 
 
 class LoraConfig(_Section):

@@ -19,7 +19,7 @@ from undertow.schemas import Experience, PreferencePair, Record
 from undertow.schemas.logprobs import sequence_logprobs
 
 from .algorithms import (PolicyInputs, Totals, aggregations, dpo_loss, entropy, kl_estimators, masked, masked_mean,
-                         policy_losses)
+                         policy_losses, preference_losses)
 from .algorithms.sft import sft_token_loss
 from .batch import PairBatch, SequenceBatch, collate_experiences, collate_pairs
 
@@ -180,7 +180,8 @@ class SFTObjective(_ExperienceObjective):
 
 @objectives.register("dpo")
 class DPOObjective:
-    """DPO on preference pairs; reference log-probs from the records, else from the reference model."""
+    """A preference loss on pairs (DPO's sigmoid by default; `preference_loss`: robust, hinge, ipo);
+    reference log-probs from the records, else from the reference model."""
 
     record_type: ClassVar[type[Record]] = PreferencePair
     checks_staleness: ClassVar[bool] = False
@@ -189,6 +190,7 @@ class DPOObjective:
 
     def __init__(self, algo: "AlgorithmConfig"):
         self.beta, self.temperature = algo.dpo_beta, algo.temperature
+        self.preference_loss = preference_losses.resolve(algo.preference_loss).bind()
 
     def collate(self, records: list[PreferencePair], *, pad_id: int, pad_to_multiple: int) -> PairBatch:
         return collate_pairs(records, pad_id=pad_id, pad_to_multiple=pad_to_multiple)
@@ -210,7 +212,7 @@ class DPOObjective:
         ref = batch.ref_logp
         if ref is None:
             ref = masked(reference_logprobs(ref_model, seqs, self.temperature), seqs.mask).sum(-1)  # [2P]
-        out = dpo_loss(summed[:n], summed[n:], ref[:n], ref[n:], beta=self.beta)
+        out = dpo_loss(summed[:n], summed[n:], ref[:n], ref[n:], beta=self.beta, loss=self.preference_loss)
         loss = out.loss * n / (totals.sequences if totals else n)  # the mean over the step's pairs
         return StepLoss(loss, {"reward_margin": out.reward_margin, "preference_accuracy": out.accuracy},
                         {"loss": loss.item()})

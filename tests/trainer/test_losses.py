@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from undertow.trainer.algorithms import PolicyInputs, aggregations, dpo_loss, entropy, kl_estimators, policy_losses
+from undertow.trainer.algorithms import (PolicyInputs, aggregations, dpo_loss, entropy, kl_estimators, policy_losses,
+                                         preference_losses)
 from undertow.trainer.algorithms.sft import sft_token_loss
 
 
@@ -124,6 +125,37 @@ def test_dpo_matches_its_closed_form():
     assert out.loss.item() == pytest.approx(math.log(1 + math.exp(-1)))
     assert out.reward_margin == pytest.approx(2.0) and out.accuracy == 1.0
     assert dpo_loss(t(-2.0), t(-2.0), t(-2.0), t(-2.0)).loss.item() == pytest.approx(math.log(2))
+
+
+def softplus(x: float) -> float:
+    return math.log(1 + math.exp(x))
+
+
+@pytest.mark.parametrize("name, kw, margin, want", [
+    ("sigmoid", {}, 2.0, softplus(-1.0)),                                   # −log σ(βm), βm = 1
+    # TRL's "robust": (−(1−ε) log σ(βm) + ε log σ(−βm)) / (1 − 2ε), written with softplus: −log σ(x) = softplus(−x)
+    ("robust", {"label_smoothing": 0.1}, 2.0, (0.9 * softplus(-1.0) - 0.1 * softplus(1.0)) / 0.8),
+    ("robust", {"label_smoothing": 0.0}, 2.0, softplus(-1.0)),              # no flips: DPO
+    ("hinge", {}, 2.0, 0.0),                                                # max(0, 1 − βm) = max(0, 0)
+    ("hinge", {}, 1.0, 0.5),
+    ("ipo", {}, 2.0, 1.0),                                                  # (m − 1/(2β))² = (2 − 1)²
+    ("ipo", {}, 0.0, 1.0),
+])
+def test_preference_losses_by_hand(name, kw, margin, want):
+    t = lambda v: torch.tensor([v])
+    loss = preference_losses.resolve({"name": name, **kw}).bind()
+    out = dpo_loss(t(-2.0 + margin), t(-2.0), t(-2.0), t(-2.0), beta=0.5, loss=loss)
+    assert out.loss.item() == pytest.approx(want) and out.reward_margin == pytest.approx(margin)
+
+
+def test_the_dpo_objective_takes_its_preference_loss_from_config():
+    from undertow.trainer.config import AlgorithmConfig
+    from undertow.trainer.objectives import DPOObjective
+
+    objective = DPOObjective(AlgorithmConfig(objective="dpo", preference_loss="ipo", dpo_beta=0.5))
+    assert objective.preference_loss(torch.tensor([2.0]), 0.5).item() == pytest.approx(1.0)
+    with pytest.raises(ValueError, match=r"preference loss 'ipoo': unknown \(did you mean 'ipo'\?\)"):
+        AlgorithmConfig(objective="dpo", preference_loss="ipoo")
 
 
 LOSSES = ["ppo_clip", "dapo", "gspo", "gmpo", "cispo", "reinforce", "truncated_is", "decoupled_ppo"]
