@@ -92,6 +92,11 @@ class Registry(Generic[T]):
         return Component(name, obj, kwargs)
 
 
+def entry_name(entry: str | Mapping[str, Any]) -> str:
+    """The component a config entry names: the string itself, or its mapping's `name`."""
+    return entry if isinstance(entry, str) else str(entry.get("name"))
+
+
 def _check_kwargs(kind: str, name: str, obj: Any, kwargs: dict[str, Any]) -> None:
     """Refuse arguments the component does not accept, naming them and what it does accept."""
     target = obj.__init__ if inspect.isclass(obj) else obj

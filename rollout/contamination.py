@@ -41,3 +41,16 @@ def contamination(heldout: Sequence[TaskItem], training: Sequence[TasksetConfig]
 def heldout_items(taskset: TasksetConfig, max_tasks: int | None) -> list[TaskItem]:
     """The items the evaluator scores: the first `max_tasks` of the source."""
     return load_items(taskset.source)[:max_tasks]
+
+
+def shares(heldout: Sequence[TasksetConfig], max_tasks: int | None,
+           training: Sequence[TasksetConfig]) -> list[tuple[TasksetConfig, float]]:
+    """Each held-out taskset with its contamination by `training`, in order."""
+    return [(t, contamination(heldout_items(t, max_tasks), training)) for t in heldout]
+
+
+def held_out_text(share: float | None) -> str:
+    """How a summary says it: held out, or the share of training prompts."""
+    if share is None:
+        return "contamination not measured"
+    return "held out (no training prompt)" if share == 0 else f"{share:.0%} of its prompts are training prompts"

@@ -16,7 +16,7 @@ from undertow.streams import RecordProducer, RunContext, Topics
 
 from undertow.kernel.models import ModelSpec, fingerprint
 from undertow.rollout.config import EvalConfig, RolloutConfig, TasksetConfig
-from undertow.rollout.contamination import contamination, heldout_items
+from undertow.rollout.contamination import shares
 from undertow.rollout.engines import build_engine
 from undertow.rollout.evaluation import Evaluator, metric_values
 from undertow.rollout.weight_subscriber import WeightSubscriber
@@ -63,7 +63,7 @@ def follow(cfg: EvalConfig, rollout: RolloutConfig, run: RunContext, stop: threa
 
 def contamination_values(cfg: EvalConfig, training: list[TasksetConfig]) -> dict[str, float]:
     """`<taskset>/contamination`: the share of each held-out taskset's prompts that training can draw."""
-    values = {f"{t.name}/contamination": contamination(heldout_items(t, cfg.max_tasks), training) for t in cfg.tasksets}
+    values = {f"{t.name}/contamination": share for t, share in shares(cfg.tasksets, cfg.max_tasks, training)}
     for name, share in values.items():
         log.info("eval %s: %.1f%% of its prompts are training prompts too", name.split("/")[0], 100 * share)
     return values

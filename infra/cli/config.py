@@ -9,6 +9,7 @@ import typer
 import yaml
 
 from undertow.infra.cli.common import console, user_errors
+from undertow.kernel.registry import entry_name
 
 config_app = typer.Typer(help="Validate a run config, or show what each stage will run with.", no_args_is_help=True)
 
@@ -57,17 +58,14 @@ def summary(stages: list[tuple[str, Any]]) -> str:
     """One line: each stage's namespace, trainer objective, processors pipeline, and how much of each
     evaluation taskset training can draw too."""
     return "; ".join(f"{label}: namespace {cfg.namespace}, {cfg.trainer.algorithm.objective}, "
-                     f"pipeline [{', '.join(map(_name, cfg.processors.pipeline))}]{_contamination(cfg)}"
+                     f"pipeline [{', '.join(map(entry_name, cfg.processors.pipeline))}]{_contamination(cfg)}"
                      for label, cfg in stages)
 
 
 def _contamination(cfg: Any) -> str:
-    from undertow.rollout.contamination import contamination, heldout_items
+    from undertow.rollout.contamination import shares
 
-    shares = [f"{t.name} {contamination(heldout_items(t, cfg.eval.max_tasks), cfg.feeder.tasksets):.0%} training prompts"
-              for t in cfg.eval.tasksets]
-    return f", eval [{', '.join(shares)}]" if shares else ""
+    found = [f"{t.name} {share:.0%} training prompts"
+             for t, share in shares(cfg.eval.tasksets, cfg.eval.max_tasks, cfg.feeder.tasksets)]
+    return f", eval [{', '.join(found)}]" if found else ""
 
-
-def _name(entry: str | dict[str, Any]) -> str:
-    return entry if isinstance(entry, str) else str(entry.get("name"))

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from undertow.infra.cli.common import console, user_errors
 from undertow.infra.report.metrics_log import MetricsRecorder, read_metrics
+from undertow.rollout.contamination import held_out_text
 
 # (label, short label for a log line, component prefix, metric) shown in the live view.
 LIVE_ROWS = [
@@ -112,10 +113,5 @@ def _summary(run_dir: Path) -> None:
         for name in sorted(k for k in first if k.endswith("/greedy_accuracy") or "/pass@" in k):
             console.print(f"stage {stage}: eval {name} {first[name]:.3f} (v{first.get('version', 0):.0f}) → "
                           f"{last.get(name, float('nan')):.3f} (v{last.get('version', 0):.0f}), "
-                          f"{_held_out(first.get(name.split('/')[0] + '/contamination'))}", soft_wrap=True)
+                          f"{held_out_text(first.get(name.split('/')[0] + '/contamination'))}", soft_wrap=True)
 
-
-def _held_out(contamination: float | None) -> str:
-    if contamination is None:
-        return "contamination not measured"
-    return "held out (no training prompt)" if contamination == 0 else f"{contamination:.0%} of its prompts are training prompts"

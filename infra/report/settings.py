@@ -10,7 +10,9 @@ from typing import Any
 
 from undertow.infra.run.config import load_run_config, stage_config
 from undertow.processors import builtins as _builtins  # noqa: F401  (registers the built-in processors)
+from undertow.kernel.registry import entry_name
 from undertow.processors.api import PROCESSORS
+from undertow.rollout.contamination import held_out_text
 from undertow.trainer.objectives import objectives
 
 
@@ -31,10 +33,10 @@ def describe(cfg: Any) -> str:
     algo, batching = cfg.trainer.algorithm, cfg.trainer.batching
     loss = algo.objective
     if objectives.get(algo.objective).importance_sampled:  # it trains through a policy loss
-        loss += f" ({_name(algo.policy_loss)}, {_name(algo.aggregation)})"
+        loss += f" ({entry_name(algo.policy_loss)}, {entry_name(algo.aggregation)})"
     return (f"model {_model(cfg.model)}; {loss}, advantage {_advantage(cfg.processors.pipeline)}; "
             f"batch {batching.experiences or f'{batching.token_budget} tokens'}, max staleness "
-            f"{batching.max_staleness}; engine {_name(cfg.rollout.engine)}; weights by {cfg.trainer.weights.transport}"
+            f"{batching.max_staleness}; engine {entry_name(cfg.rollout.engine)}; weights by {cfg.trainer.weights.transport}"
             + (f", LoRA rank {cfg.trainer.lora.rank}" if cfg.trainer.lora else ""))
 
 
@@ -42,9 +44,7 @@ def contamination(rows: list[dict], stage: str) -> str:
     """How held out each evaluation taskset of the stage was, from its first evaluation's metrics."""
     first = next((r for r in rows if r["component"] == "eval" and r.get("stage", "main") == stage), None)
     shares = {k.removesuffix("/contamination"): v for k, v in (first or {}).items() if k.endswith("/contamination")}
-    return "".join(f"; eval {name}: " + ("held out (no training prompt)" if share == 0 else
-                                         f"{share:.0%} of its prompts are training prompts")
-                   for name, share in sorted(shares.items()))
+    return "".join(f"; eval {name}: {held_out_text(share)}" for name, share in sorted(shares.items()))
 
 
 def _model(model: Any) -> str:
@@ -57,9 +57,6 @@ def _advantage(pipeline: list[Any]) -> str:
         component = PROCESSORS.resolve(entry)
         taken = inspect.signature(component.obj).parameters.get("advantage")
         if taken is not None:
-            return _name(component.kwargs.get("advantage", taken.default))
+            return entry_name(component.kwargs.get("advantage", taken.default))
     return "none (no processor computes one)"
 
-
-def _name(entry: Any) -> str:
-    return entry if isinstance(entry, str) else str(entry.get("name"))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from undertow.processors.pipeline import Pipeline
-from undertow.rollout.contamination import contamination, heldout_items
+from undertow.rollout.contamination import shares
 from undertow.rollout.engines import engines
 from undertow.trainer.objectives import objectives
 
@@ -84,8 +84,7 @@ def objective_trains_on_what_the_processors_write(cfg: "RunConfig") -> Iterator[
 def held_out_tasks_are_held_out(cfg: "RunConfig") -> Iterator[str]:
     """Measured on the prompts (rollout/contamination.py), not on the source settings: another seed of
     a small generator draws the same problems."""
-    for i, taskset in enumerate(cfg.eval.tasksets):
-        share = contamination(heldout_items(taskset, cfg.eval.max_tasks), cfg.feeder.tasksets)
+    for i, (taskset, share) in enumerate(shares(cfg.eval.tasksets, cfg.eval.max_tasks, cfg.feeder.tasksets)):
         if share > cfg.eval.max_overlap:
             yield (f"eval.tasksets.{i} ({taskset.name}): {share:.0%} of its prompts are ones the feeder's tasksets "
                    f"draw too, above eval.max_overlap ({cfg.eval.max_overlap:g}): its accuracy would not be held out. "
