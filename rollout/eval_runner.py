@@ -1,5 +1,5 @@
 """`undertow eval`: follow `<ns>.weights` and score held-out tasksets on every `eval.every`-th policy
-version, the first one seen (the weights the run starts from) and the last; results go to
+version, version 0 (the weights the run starts from) and the last; results go to
 `<ns>.evals` (one EvalResult per taskset) and, as one metric event of component `eval`, to
 `<ns>.metrics`. It is a side consumer: it reads the weights from the topic's start without a
 consumer group, so it neither slows the trainer nor takes anything from the rollout workers.
@@ -39,17 +39,20 @@ def follow(cfg: EvalConfig, rollout: RolloutConfig, run: RunContext, stop: threa
     subscriber = WeightSubscriber(run.kafka, topics, run.model.name, producer, join_broadcast=False,
                                   tokenizer=fingerprint(evaluator.engine.tokenizer))
     subscriber.start()
-    subscriber.caught_up.wait(CATCH_UP_S)  # the newest version already published is where we start
-    done: list[int] = []
-    held = 0  # the weights the engine was built with: version 0 of the run
+    # The engine holds the weights the run starts from: scored before anything is loaded, however
+    # late this process starts (a restarted evaluator scores them again), so every curve has its origin.
+    held = 0
     try:
+        publish(producer, topics, evaluator.evaluate(held), shared)
+        done = [held]
+        subscriber.caught_up.wait(CATCH_UP_S)  # then the newest version already published
         while True:
             subscriber.check()  # scores of a model that reads its prompts otherwise would mislead
             stopping = stop.is_set()
             ready = subscriber.take()
             if ready is not None and subscriber.load(ready, evaluator.engine) is not None:
                 held = ready.version
-            if not done or (held != done[-1] and (held % cfg.every == 0 or stopping)):
+            if held != done[-1] and (held % cfg.every == 0 or stopping):
                 publish(producer, topics, evaluator.evaluate(held), shared)
                 done.append(held)
             if stopping:

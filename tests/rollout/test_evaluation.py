@@ -103,6 +103,28 @@ def test_undertow_eval_follows_the_weights_topic(kafka, namespace):
     assert [m.step for m in events] == [0, 5, 7] and events[1].values["sums-heldout/greedy_accuracy"] == 1.0
 
 
+
+@pytest.mark.broker
+def test_an_evaluator_started_late_still_scores_the_starting_weights(kafka, namespace):
+    # The trainer may publish before the evaluator is up (a slow start, a restart): the curve keeps
+    # its origin, version 0, and then goes on from the newest version.
+    cfg = config(every=5)
+    context = RunContext(namespace=namespace, kafka=kafka, model=cfg.model)
+    topics = Topics(namespace)
+    with RecordProducer(kafka) as producer:
+        publish_weights(producer, topics.weights, chunk_weights(cfg.model.name, 5, weights_to_bytes(seven_model()), 1 << 20))
+    stop = threading.Event()
+    done: list[int] = []
+    runner = threading.Thread(target=lambda: done.extend(follow(cfg.eval, cfg.rollout, context, stop)), daemon=True)
+    runner.start()
+    try:
+        wait_for_versions(kafka, topics, {0, 5})
+    finally:
+        stop.set()
+    runner.join(60)
+    assert done == [0, 5]
+
+
 def wait_for_versions(kafka, topics: Topics, versions: set[int], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
