@@ -92,7 +92,7 @@ class KLConfig(_Section):
 class AlgorithmConfig(_Section):
     """What is optimised."""
 
-    objective: str = Field("rl", description="a registered objective (trainer/objectives.py): rl and sft on "
+    objective: str = Field("rl", description="a registered objective (trainer/objectives/): rl and sft on "
                                              "experiences, dpo on preference pairs; or a dotted path")
     policy_loss: Entry = Field("ppo_clip", description="ppo_clip, dapo, gspo, gmpo, cispo, reinforce, truncated_is, decoupled_ppo")
     aggregation: Entry = Field("token_mean", description="token_mean, seq_mean_token_sum, seq_mean_token_mean, seq_mean_token_sum_norm")

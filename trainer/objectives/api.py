@@ -1,0 +1,109 @@
+"""What every objective shares: the contract the step loop asks of one, its registry, its result, and
+the log-probs of a batch.
+
+Each objective turns records into tensors (`collate`), says how long each record's sequences are
+(`lengths`, for micro-batch packing) and what normalises a step (`totals`), and turns tensors into
+a loss (`loss`) aggregated against the step's totals, so that the losses of a step's micro-batches
+add up to the loss of the step in one pass. Log-probs come from `schemas.logprobs.sequence_logprobs`,
+the definition the rollout engines use too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
+
+import torch
+
+from undertow.kernel.registry import Registry
+from undertow.schemas import Experience, Record
+from undertow.schemas.logprobs import sequence_logprobs
+from undertow.trainer.algorithms import Totals
+from undertow.trainer.batch import SequenceBatch, collate_experiences
+
+if TYPE_CHECKING:
+    from undertow.trainer.config import AlgorithmConfig
+
+
+class Objective(Protocol):
+    """What the step loop asks of an objective (one registered in `objectives`, built from the
+    algorithm config): which records it trains on and whether staleness bounds them, whether it
+    needs the frozen reference model, and how records become micro-batches and a loss."""
+
+    record_type: ClassVar[type[Record]]
+    checks_staleness: ClassVar[bool]
+    importance_sampled: ClassVar[bool]  # weighs by ratios to the behaviour log-probs the rollout recorded
+
+    @property
+    def needs_reference(self) -> bool: ...
+
+    def collate(self, records: list[Any], *, pad_id: int, pad_to_multiple: int) -> Any: ...
+
+    def lengths(self, record: Any) -> list[int]: ...
+
+    def totals(self, records: list[Any]) -> Totals: ...
+
+    def logprobs(self, model: Any, batch: Any) -> torch.Tensor | None: ...
+
+    def loss(self, model: Any, batch: Any, ref_model: Any = None, totals: Totals | None = None) -> "StepLoss": ...
+
+
+objectives: Registry[Callable[["AlgorithmConfig"], Objective]] = Registry("objective")
+
+
+@dataclass
+class StepLoss:
+    """The scalar to backpropagate (normalised by the step's totals), its parts (which add up over
+    micro-batches like the loss) and means over this batch's tokens (weighted by them)."""
+
+    loss: torch.Tensor
+    metrics: dict[str, float] = field(default_factory=dict)
+    parts: dict[str, float] = field(default_factory=dict)
+
+
+def trained_tokens(e: Experience) -> int:
+    return int(sum(e.loss_mask)) if e.loss_mask else len(e.response_tokens)
+
+
+class ExperienceObjective:
+    """Records are experiences: one sequence each, normalised by their trained tokens."""
+
+    record_type: ClassVar[type[Record]] = Experience
+
+    def collate(self, records: list[Experience], *, pad_id: int, pad_to_multiple: int) -> SequenceBatch:
+        return collate_experiences(records, pad_id=pad_id, pad_to_multiple=pad_to_multiple)
+
+    def lengths(self, record: Experience) -> list[int]:
+        return [len(record.prompt_tokens) + len(record.response_tokens)]
+
+    def totals(self, records: list[Experience]) -> Totals:
+        return Totals(float(sum(trained_tokens(e) for e in records)), len(records))
+
+    def logprobs(self, model: Any, batch: SequenceBatch) -> torch.Tensor:
+        """Log-probs of the batch under `model`, without gradient: the proximal policy's."""
+        with torch.no_grad():
+            return sequence_logprobs(model, batch.input_ids, batch.attention_mask, self.temperature)
+
+
+class _KeepLogits:
+    """Calls the model and keeps its logits, so entropy needs no second forward pass."""
+
+    def __init__(self, model: Any):
+        self.model, self.logits = model, None
+
+    def __call__(self, **inputs: Any) -> Any:
+        out = self.model(**inputs)
+        self.logits = out.logits
+        return out
+
+
+def policy_logprobs(model: Any, batch: SequenceBatch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log-probs [B, T-1], logits [B, T-1, V]) of the batch under `model`."""
+    keep = _KeepLogits(model)
+    logp = sequence_logprobs(keep, batch.input_ids, batch.attention_mask, temperature)
+    return logp, keep.logits[:, :-1]
+
+
+def reference_logprobs(ref_model: Any, batch: SequenceBatch, temperature: float) -> torch.Tensor:
+    with torch.no_grad():
+        return sequence_logprobs(ref_model, batch.input_ids, batch.attention_mask, temperature)
