@@ -31,7 +31,7 @@ def follow(cfg: EvalConfig, rollout: RolloutConfig, run: RunContext, stop: threa
     """Evaluate versions as the trainer publishes them, until `stop`; returns the versions evaluated.
     `rollout` gives the engine, the reward and the prompt form; `training`, the feeder's tasksets, what
     each held-out taskset's contamination is measured against (reported with every evaluation)."""
-    topics = run.topics
+    topics = run.topics  # a shadow's evaluator follows the shadow's weights and writes its own evals
     shared = contamination_values(cfg, training or [])
     evaluator = Evaluator(build_engine(rollout.engine, run.model), rollout, cfg, run.model.name)
     producer = RecordProducer(run.kafka)
@@ -79,10 +79,10 @@ def publish(producer: RecordProducer, topics: Topics, results: list[EvalResult],
         log.info("eval v%d %s: greedy accuracy %s, %s, mean reward %.3f", r.version, r.taskset,
                  "—" if r.greedy_accuracy is None else f"{r.greedy_accuracy:.3f}",
                  ", ".join(f"{k} {v:.3f}" for k, v in r.pass_at.items()) or "no samples", r.mean_reward)
-    version = results[0].version
-    producer.send(topics.metrics, MetricEvent(component=COMPONENT, values={**metric_values(results), **(extra or {}),
+    version, component = results[0].version, topics.component(COMPONENT)
+    producer.send(topics.metrics, MetricEvent(component=component, values={**metric_values(results), **(extra or {}),
                                                                            "version": float(version)},
-                                              step=version), key=COMPONENT)
+                                              step=version), key=component)
     producer.flush()
 
 

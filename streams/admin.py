@@ -91,12 +91,13 @@ def partition_count(settings: KafkaSettings, topic: str) -> int:
 
 
 def create_topics(settings: KafkaSettings, namespace: str, replication_factor: int | None = None,
-                  partitions: dict[str, int] | None = None) -> list[str]:
+                  partitions: dict[str, int] | None = None, shadow: str | None = None) -> list[str]:
     """Create the catalog's topics under `namespace` that do not exist yet; return those created.
 
-    Replication defaults to min(3, brokers). `partitions` overrides the catalog per suffix.
+    Replication defaults to min(3, brokers). `partitions` overrides the catalog per suffix; `shadow`
+    adds a shadow trainer's own topics.
     """
-    args = (settings, Topics(namespace), replication_factor, partitions or {})
+    args = (settings, Topics(namespace, shadow), replication_factor, partitions or {})
     for attempt in range(1, CREATE_ATTEMPTS):
         try:
             return _create_missing(*args)

@@ -19,7 +19,8 @@ class RunContext(BaseModel):
     namespace: str = Field("undertow", pattern=NAMESPACE_PATTERN)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     model: ModelSpec = Field(default_factory=ModelSpec)
+    shadow: str | None = Field(None, description="a shadow trainer's name: its own weights, refusals and evaluations")
 
     @property
     def topics(self) -> Topics:
-        return Topics(self.namespace)
+        return Topics(self.namespace, self.shadow)

@@ -52,13 +52,22 @@ CATALOG: tuple[TopicSpec, ...] = (
 NAMESPACE_PATTERN = r"^[A-Za-z0-9_-]+$"  # a namespace prefixes topic and consumer-group names
 
 
-class Topics:
-    """The catalog's topic names under a namespace: `Topics("demo").ready == "demo.experiences.ready"`."""
+# A shadow trainer reads the run's stream but writes these of its own: its weights, what it refuses, and
+# its evaluations (a second algorithm compared on the same experiences, never steering the rollout).
+SHADOW_OWNS = ("weights", "experiences.rejected", "evals")
 
-    def __init__(self, namespace: str):
-        if not namespace or not all(c.isalnum() or c in "-_" for c in namespace):
-            raise ValueError(f"namespace: expected letters, digits, '-' or '_', got {namespace!r}")
-        self.namespace = namespace
+
+class Topics:
+    """The catalog's topic names under a namespace: `Topics("demo").ready == "demo.experiences.ready"`.
+
+    With `shadow="gspo"` the topics a shadow trainer writes move under `demo.shadow-gspo.`
+    (`SHADOW_OWNS`); those it reads stay the run's."""
+
+    def __init__(self, namespace: str, shadow: str | None = None):
+        for name, value in (("namespace", namespace), ("shadow", shadow)):
+            if value is not None and (not value or not all(c.isalnum() or c in "-_" for c in value)):
+                raise ValueError(f"{name}: expected letters, digits, '-' or '_', got {value!r}")
+        self.namespace, self.shadow = namespace, shadow
 
     tasks = property(lambda self: self._name("tasks"))
     raw = property(lambda self: self._name("experiences.raw"))
@@ -69,9 +78,18 @@ class Topics:
     metrics = property(lambda self: self._name("metrics"))
     evals = property(lambda self: self._name("evals"))
 
+    @property
+    def owner(self) -> str:
+        """Whose outputs these are: the namespace, or `<namespace>.shadow-<name>` (checkpoints go there too)."""
+        return self.namespace if self.shadow is None else f"{self.namespace}.shadow-{self.shadow}"
+
+    def component(self, base: str) -> str:
+        """A metric event's component: `trainer`, or `trainer@gspo` for a shadow's (apart on every chart)."""
+        return base if self.shadow is None else f"{base}@{self.shadow}"
+
     def _name(self, suffix: str) -> str:
-        return f"{self.namespace}.{suffix}"
+        return f"{self.owner if suffix in SHADOW_OWNS else self.namespace}.{suffix}"
 
     def specs(self) -> dict[str, TopicSpec]:
         """Full topic name → spec, for every topic of the catalog."""
-        return {spec.name(self.namespace): spec for spec in CATALOG}
+        return {self._name(spec.suffix): spec for spec in CATALOG}

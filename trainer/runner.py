@@ -65,8 +65,12 @@ class Leader:
         self.producer = RecordProducer(kafka)
         self.sender = build_sender(Sending(spec.name, cfg.weights, self.producer, topics,
                                            "adapter" if cfg.lora else "full", kafka, tokenizer))
-        self.intake = ReadyIntake(kafka, topics, cfg.batching, group_id=cfg.consumer_group,
-                         record_type=objective.record_type, checks_staleness=objective.checks_staleness,
+        # A shadow has a consumer group of its own and trains on every experience the run's trainer reads,
+        # stale for it or not: it compares algorithms on the stream, its versions steer no rollout.
+        shadow = topics.shadow is not None
+        self.intake = ReadyIntake(kafka, topics, cfg.batching,
+                         group_id=f"{cfg.consumer_group}.shadow-{topics.shadow}" if shadow else cfg.consumer_group,
+                         record_type=objective.record_type, checks_staleness=objective.checks_staleness and not shadow,
                          producer=self.producer, start=state.offset_map(), trained_ids=state.trained_ids,
                          seed=cfg.engine.seed, tokenizer=tokenizer)
         self.ledger = Ledger(root)
@@ -110,8 +114,9 @@ class Leader:
         values = {**result.metrics, **self.intake.step_metrics(items, step), "wait_s": self.wait_s,
                   "version": float(step)}
         values = {k: v for k, v in values.items() if math.isfinite(v)}
-        self.producer.send(self.topics.metrics, MetricEvent(component=COMPONENT, values=values, step=step),
-                           key=COMPONENT)
+        component = self.topics.component(COMPONENT)
+        self.producer.send(self.topics.metrics, MetricEvent(component=component, values=values, step=step),
+                           key=component)
         self.wait_s = 0.0
 
     def publish(self, packed: Any) -> None:
@@ -135,7 +140,7 @@ class Leader:
 def run(cfg: TrainerConfig, context: RunContext, budget: Budget, stop: StopFlag | None = None) -> TrainerState:
     """Train the `trainer:` section `cfg` in `context` until a signal or the budget; returns the final
     state (on every rank)."""
-    spec, kafka, namespace = context.model, context.kafka, context.namespace
+    spec, kafka, topics = context.model, context.kafka, context.topics
     stop = stop or StopFlag()
     stop.install()
     process = setup_process(cfg.engine.master_port)
@@ -143,11 +148,11 @@ def run(cfg: TrainerConfig, context: RunContext, budget: Budget, stop: StopFlag 
     engine = build_training_engine(spec, cfg.engine, process, gradient_checkpointing=cfg.gradient_checkpointing,
                                    lora=cfg.lora)
     ref_model = build_reference(spec, process, engine) if objective.needs_reference else None
-    root = Path(cfg.checkpoint_dir).expanduser() / namespace
+    root = Path(cfg.checkpoint_dir).expanduser() / topics.owner
     root.mkdir(parents=True, exist_ok=True)
     state = load_checkpoint(engine, root) or TrainerState()
     tokenizer = build_tokenizer(spec)
-    leader = (Leader(spec, cfg, kafka, Topics(namespace), state, objective, root, fingerprint(tokenizer))
+    leader = (Leader(spec, cfg, kafka, topics, state, objective, root, fingerprint(tokenizer))
               if process.is_leader else None)
     try:
         _loop(engine, objective, ref_model, cfg, process, state, leader, root, stop, budget,

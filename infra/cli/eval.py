@@ -18,7 +18,9 @@ def eval_command(config: Path = typer.Argument(..., exists=True, dir_okay=False,
                  checkpoint: Optional[Path] = typer.Option(
                      None, exists=True, file_okay=False,
                      help="Score this HF directory or trainer checkpoint (step-N/) once, print a table, exit."),
-                 bootstrap: Optional[str] = BootstrapOpt) -> None:
+                 bootstrap: Optional[str] = BootstrapOpt,
+                 shadow: Optional[str] = typer.Option(
+                     None, help="Follow the weights of the config's shadow trainer NAME instead of the run's.")) -> None:
     """Score `eval.tasksets` on each eval.every-th policy version until SIGTERM, or once on --checkpoint."""
     from undertow.rollout.eval_runner import evaluate_checkpoint, follow
 
@@ -31,6 +33,9 @@ def eval_command(config: Path = typer.Argument(..., exists=True, dir_okay=False,
             print_table(evaluate_checkpoint(cfg.eval, cfg.rollout, cfg.model, checkpoint))
             return
         context = context_of(cfg, bootstrap)
+        if shadow is not None:
+            cfg.shadow_trainer(shadow)  # the name must be one of the config's shadows
+            context = context.model_copy(update={"shadow": shadow})
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())

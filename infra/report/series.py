@@ -63,8 +63,9 @@ class PanelSpec:
 
 
 def _named(pattern: str, component: str | None = None) -> Callable[[str, str], bool]:
+    """Metrics matching `pattern` from `component`, a shadow's among them (`eval@gspo`: a curve of its own)."""
     rx = re.compile(pattern)
-    return lambda comp, name: (component is None or comp == component) and bool(rx.search(name))
+    return lambda comp, name: (component is None or comp.split("@")[0] == component) and bool(rx.search(name))
 
 
 # First match wins; the staleness distribution is derived from staleness_<k> (below), not matched.

@@ -20,10 +20,23 @@ from undertow.rollout.config import EvalConfig, FeederConfig, RolloutConfig
 from undertow.kernel.models import ModelSpec
 from undertow.streams import NAMESPACE_PATTERN, KafkaSettings
 from undertow.streams.archive import ArchiveConfig
+from undertow.streams.weights.api import transport_of
 from undertow.trainer.config import TrainerConfig
 from undertow.watchers.config import Entry as WatcherEntry, checked_watchers
 
 SECTIONS = ("model", "feeder", "rollout", "processors", "trainer")
+
+
+class ShadowConfig(BaseModel):
+    """A shadow trainer: a second trainer on the run's ready topic, its own consumer group, weights,
+    checkpoints and evaluations; it trains on every experience the run's trainer reads and steers no
+    rollout. It differs from the run's trainer by `trainer` overrides (loss, aggregation, KL, lr, epochs…);
+    the processors (advantage, shaping, filters) are the stream's, shared by both."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]+$", description="its topics are <namespace>.shadow-<name>.*")
+    trainer: dict[str, Any] = Field(default_factory=dict, description="overrides of the trainer section")
 
 
 class RunStage(BaseModel):
@@ -38,6 +51,7 @@ class RunStage(BaseModel):
     rollout: dict[str, Any] = Field(default_factory=dict, description="overrides of the rollout section")
     processors: dict[str, Any] = Field(default_factory=dict, description="overrides of the processors section")
     trainer: dict[str, Any] = Field(default_factory=dict, description="overrides of the trainer section")
+    shadows: list[ShadowConfig] | None = Field(None, description="this stage's shadow trainers (None: the run's)")
 
 
 class RestartPolicy(BaseModel):
@@ -110,6 +124,9 @@ class RunConfig(BaseModel):
                                                                               "`undertow monitor` when it names any")
     watchers: list[WatcherEntry] = Field(default_factory=list, description="stream watchers (a name, a dotted path, "
                                          "or {name: …, **kwargs}); `undertow run` starts `undertow watch` when it names any")
+    shadows: list[ShadowConfig] = Field(default_factory=list, description=(
+        "shadow trainers: other trainer settings trained on the same experiences, each evaluated beside the run's "
+        "trainer (`undertow train CONFIG --shadow NAME`; `undertow run` starts them)"))
     run: RunSection = Field(default_factory=RunSection, description="supervision")
 
     @model_validator(mode="before")
@@ -129,6 +146,30 @@ class RunConfig(BaseModel):
     @classmethod
     def _watchers_build(cls, entries: list[WatcherEntry]) -> list[WatcherEntry]:
         return checked_watchers(entries)  # unknown names and arguments fail here, naming watchers.N
+
+    @model_validator(mode="after")
+    def _shadows_build(self) -> "RunConfig":
+        names = [s.name for s in self.shadows]
+        if len(set(names)) != len(names):
+            raise ValueError(f"shadows: names must differ, got {names}")
+        for index, shadow in enumerate(self.shadows):
+            try:
+                trainer = self.shadow_trainer(shadow.name)
+            except ValidationError as e:
+                raise ValueError(validation_message(f"shadows.{index}.trainer", e, TrainerConfig)) from None
+            transport = transport_of(trainer.weights.transport)
+            if "rendezvous" in (*transport.needs, *transport.may_carry):
+                raise ValueError(f"shadows.{index}.trainer.weights.transport: {trainer.weights.transport} meets the "
+                                 "rollout workers at a rendezvous; a shadow's weights go to its evaluator alone: "
+                                 "use kafka or files")
+        return self
+
+    def shadow_trainer(self, name: str) -> TrainerConfig:
+        """The trainer section of the shadow `name`: the run's, with the shadow's overrides."""
+        shadow = next((s for s in self.shadows if s.name == name), None)
+        if shadow is None:
+            raise ValueError(f"--shadow {name}: the config's shadows are {[s.name for s in self.shadows]}")
+        return TrainerConfig.model_validate(deep_merge(self.trainer.model_dump(), shadow.trainer))
 
     @model_validator(mode="after")
     def _sections_agree(self, info: ValidationInfo) -> "RunConfig":
@@ -176,6 +217,8 @@ def stage_mapping(raw: dict[str, Any], stage: RunStage | None) -> dict[str, Any]
         return merged
     for section in SECTIONS:
         merged[section] = deep_merge(merged.get(section) or {}, getattr(stage, section))
+    if stage.shadows is not None:
+        merged["shadows"] = [s.model_dump() for s in stage.shadows]
     merged["namespace"] = f"{merged.get('namespace', 'undertow')}-{stage.name}"
     return merged
 

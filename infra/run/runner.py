@@ -29,8 +29,13 @@ from undertow.streams import KafkaSettings, create_topics
 
 # The trainer checkpoints before the processors go; the evaluator after the trainer, to score its final
 # weights; the watchers after the evaluator, to read its last results; the monitor goes last, to write
-# everyone's final metrics.
+# everyone's final metrics. A shadow's trainer and evaluator (`trainer@gspo`) stop with the run's.
 STOP_ORDER = ["feeder", "rollout", "trainer", "eval", "watch", "processors", "archive", "monitor"]
+
+
+def role(child_name: str) -> str:
+    """`trainer` for the run's trainer and every shadow's (`trainer@gspo`)."""
+    return child_name.split("@")[0]
 
 
 @dataclass
@@ -161,15 +166,20 @@ class Run:
         cli = [sys.executable, "-m", "undertow.infra.cli"]
         started = time.time()
         sup.start("processors", [*cli, "process", str(path), "--workers", str(self.config.run.processor_workers)])
-        sup.start("trainer", [*cli, "train", str(path), "--nproc", str(self.config.run.trainer_processes),
-                              *(["--max-steps", str(steps)] if steps else [])])
+        budget = ["--max-steps", str(steps)] if steps else []
+        sup.start("trainer", [*cli, "train", str(path), "--nproc", str(self.config.run.trainer_processes), *budget])
         merged = stage_config(self.raw, stage)
+        for shadow in merged.shadows:  # the same steps on the same stream, one rank each
+            create_topics(self.kafka, namespace, shadow=shadow.name)
+            sup.start(f"trainer@{shadow.name}", [*cli, "train", str(path), "--shadow", shadow.name, *budget])
         sup.start("rollout", [*engine_command(merged.rollout), "rollout", str(path)])  # vllm: its own environment
         sup.start("feeder", [*cli, "feed", str(path)])
         if self.config.run.archive:
             sup.start("archive", [*cli, "archive", str(path)])
         if merged.eval.tasksets:  # a stage may switch the evaluation off or on
             sup.start("eval", [*engine_command(merged.rollout), "eval", str(path)])
+            for shadow in merged.shadows:
+                sup.start(f"eval@{shadow.name}", [*engine_command(merged.rollout), "eval", str(path), "--shadow", shadow.name])
         if self.config.watchers:
             sup.start("watch", [*cli, "watch", str(path)])
         if self.config.monitor.sinks:
@@ -178,13 +188,14 @@ class Run:
             status, message = self._watch(sup, watch, recorder)
         finally:
             # The evaluator scores the final weights after its SIGTERM: on a real model that takes minutes.
-            sup.stop(STOP_ORDER, timeouts={"eval": merged.eval.stop_timeout_s})
+            order = sorted((c.name for c in sup.children), key=lambda name: STOP_ORDER.index(role(name)))
+            sup.stop(order, timeouts={c.name: merged.eval.stop_timeout_s for c in sup.children if role(c.name) == "eval"})
             recorder.stop()
             events.close()
         return watch.outcome(status, time.time() - started, message)
 
     def _watch(self, sup: Supervisor, watch: StageWatch, recorder: MetricsRecorder) -> tuple[str, str]:
-        """Wait for the trainer to finish, a child to crash too often, or a stop request.
+        """Wait for the trainers to finish, a child to crash too often, or a stop request.
 
         A crashed child is restarted after its backoff while the others are watched on: every
         component resumes from what it committed, so a crash costs time, not data. Once finite
@@ -192,12 +203,17 @@ class Run:
         run.idle_timeout_s.
         """
         idle, policy = self.config.run.idle_timeout_s, self.config.run.restarts
+        trainers = {c.name for c in sup.children if role(c.name) == "trainer"}
+        finished: set[str] = set()
         while True:
             if self.stop_requested.is_set():
                 return "interrupted", "stopped by the user"
             for child in sup.exited():
-                if child.name == "trainer" and child.returncode == 0:
-                    return "done", ""
+                if child.name in trainers and child.returncode == 0:
+                    finished.add(child.name)
+                    if finished == trainers:  # the run's trainer and every shadow's took their steps
+                        return "done", ""
+                    continue
                 if child.name == "feeder" and child.returncode == 0:
                     if idle and time.time() - (recorder.last_time("trainer") or child.started) >= idle:
                         return "done", f"every task was used; the trainer had nothing left for {idle:g} s"

@@ -36,7 +36,8 @@ class FilesSettings(Settings):
 
 
 class FilesSender:
-    """Version directories `<uri>/<model>/v00000012/` of safetensors buckets and a manifest.json."""
+    """Version directories `<uri>/<model>/v00000012/` of safetensors buckets and a manifest.json (a shadow
+    trainer's under `<uri>/<model>.shadow-<name>/`, beside the run's)."""
 
     def __init__(self, sending: Sending):
         import fsspec
@@ -46,8 +47,10 @@ class FilesSender:
         assert cfg.uri is not None  # Files.check_settings requires it
         uri = cfg.uri if "://" in cfg.uri else os.path.abspath(os.path.expanduser(cfg.uri))
         self.fs, root = fsspec.core.url_to_fs(uri)
-        self.root = f"{root.rstrip('/')}/{sending.model}"
-        self.base_uri = f"{uri.rstrip('/')}/{sending.model}"
+        shadow = sending.topics.shadow if sending.topics is not None else None
+        own = sending.model if shadow is None else f"{sending.model}.shadow-{shadow}"
+        self.root = f"{root.rstrip('/')}/{own}"
+        self.base_uri = f"{uri.rstrip('/')}/{own}"
 
     def pack(self, tensors: dict[str, Any], metadata: dict[str, str] | None) -> list[bytes]:
         # An adapter is applied whole (peft), so it is one bucket however large.
