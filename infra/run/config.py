@@ -46,6 +46,7 @@ class RunStage(BaseModel):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_-]+$", description="stage name: its topics are <namespace>-<name>.*")
     steps: int = Field(ge=1, description="trainer steps in this stage")
+    algorithm: str | dict[str, Any] | None = Field(None, description="this stage's algorithm preset (None: the run's)")
     model: dict[str, Any] = Field(default_factory=dict, description="overrides of the model section")
     feeder: dict[str, Any] = Field(default_factory=dict, description="overrides of the feeder section")
     rollout: dict[str, Any] = Field(default_factory=dict, description="overrides of the rollout section")
@@ -217,6 +218,8 @@ def stage_mapping(raw: dict[str, Any], stage: RunStage | None) -> dict[str, Any]
         return merged
     for section in SECTIONS:
         merged[section] = deep_merge(merged.get(section) or {}, getattr(stage, section))
+    if stage.algorithm is not None:
+        merged["algorithm"] = stage.algorithm
     if stage.shadows is not None:
         merged["shadows"] = [s.model_dump() for s in stage.shadows]
     merged["namespace"] = f"{merged.get('namespace', 'undertow')}-{stage.name}"
