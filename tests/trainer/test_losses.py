@@ -158,7 +158,8 @@ def test_the_dpo_objective_takes_its_preference_loss_from_config():
         AlgorithmConfig(objective="dpo", preference_loss="ipoo")
 
 
-LOSSES = ["ppo_clip", "dapo", "gspo", "gmpo", "cispo", "reinforce", "truncated_is", "decoupled_ppo"]
+LOSSES = ["ppo_clip", "dapo", "gspo", "gmpo", "cispo", "sapo", "clip_cov", "kl_cov", "reinforce", "truncated_is",
+          "decoupled_ppo"]
 
 
 @pytest.mark.parametrize("name", LOSSES)
@@ -204,14 +205,15 @@ def test_every_registered_loss_is_listed_here():
 def test_every_loss_is_finite_and_bounded_at_an_extreme_log_ratio(name, advantage, log_ratio):
     """One valid token 100 nats away from the behaviour policy (fp32, as trained): before the clamps
     GSPO's loss was 7.3e7 and REINFORCE's -8.1e6. Bounded as verl's clamps bound them: by e^10 · |A|
-    times the token's |log π| (REINFORCE-style losses multiply by it), and the gradient finite."""
+    times the token's |log π| (REINFORCE-style losses multiply by it), plus KL-Cov's penalty β |log r|
+    at its clamp (10) when the token is the one it penalises, and the gradient finite."""
     logp = torch.tensor([[-0.5, -1.0]], requires_grad=True)
     inp = PolicyInputs(mask=torch.ones(1, 2), advantages=torch.full((1, 2), advantage),
                        behaviour_logp=torch.tensor([[-0.5 - log_ratio, -1.0]]), proximal_logp=torch.tensor([[-0.5, -1.0]]))
     out = policy_losses.get(name)(inp, logp)
     loss = aggregations.get("token_mean")(out.token_loss, inp.mask)
     loss.backward()
-    bound = math.exp(10.0) * abs(advantage) * 1.0
+    bound = math.exp(10.0) * abs(advantage) * 1.0 + (10.0 if name == "kl_cov" else 0.0)
     assert torch.isfinite(out.token_loss).all() and torch.isfinite(logp.grad).all()
     assert out.token_loss.abs().max().item() <= bound, out.token_loss
 
@@ -249,3 +251,169 @@ def test_gmpo_by_hand():
     assert loss.item() == pytest.approx(-math.exp(0.25))
     assert logp.grad[0].tolist() == pytest.approx([-math.exp(0.25) / 2, 0.0])
     assert out.metrics["clip_fraction"] == pytest.approx(0.5)
+
+
+def batch(logp, behaviour, adv, mask):
+    """[B, T] float64 tensors from nested lists; logp requires grad."""
+    t = lambda v: torch.tensor(v, dtype=torch.float64)
+    lp = t(logp).requires_grad_(True)
+    return PolicyInputs(mask=t(mask), advantages=t(adv), behaviour_logp=t(behaviour), proximal_logp=lp.detach()), lp
+
+
+def random_batch(seed: int, b: int = 3, t: int = 5):
+    g = torch.Generator().manual_seed(seed)
+    logp = -torch.rand(b, t, generator=g, dtype=torch.float64) * 3
+    behaviour = logp + (torch.rand(b, t, generator=g, dtype=torch.float64) - 0.5) * 0.8  # ratios ~ e^±0.4
+    adv = (torch.randn(b, 1, generator=g, dtype=torch.float64) * 2).expand(b, t).clone()
+    mask = (torch.rand(b, t, generator=g) > 0.25).double()
+    mask[-1] = 0.0  # a fully masked row
+    return logp, behaviour, adv, mask
+
+
+def verl_sapo(old_log_prob, log_prob, advantages, response_mask, tau_pos, tau_neg):
+    """verl's compute_policy_loss_sapo, as written there: gates σ(τ(r − 1)) · 4/τ, seq-mean-token-mean."""
+    ratio = torch.exp((log_prob - old_log_prob).clamp(-20.0, 20.0))
+    taus = torch.where(advantages > 0, torch.tensor(tau_pos, dtype=advantages.dtype), torch.tensor(tau_neg, dtype=advantages.dtype))
+    pg_losses = -torch.sigmoid(taus * (ratio - 1.0)) * (4.0 / taus) * advantages
+    seq = (pg_losses * response_mask).sum(-1) / response_mask.sum(-1).clamp(min=1)
+    return seq.sum() / response_mask.shape[0]
+
+
+def test_sapo_by_hand():
+    # on-policy, A = +1, τ = 1: f(1) = 4 σ(0) = 2, and f'(1) = 4 σ(0)(1 − σ(0)) = 1: PPO's gradient −A
+    inp, logp = inputs([-1.0, math.log(1.5)], [-1.0, 0.0], [1.0, -1.0])
+    out, tokens = loss_of("sapo", inp, logp, tau_pos=1.0, tau_neg=1.05)
+    sig = 1 / (1 + math.exp(-1.05 * 0.5))  # r = 1.5, A = −1, τ_neg: L = +4/1.05 · σ(1.05 · 0.5)
+    assert tokens == pytest.approx([-2.0, 4 / 1.05 * sig])
+    out.token_loss.sum().backward()
+    assert logp.grad[0, 0].item() == pytest.approx(-1.0)
+    assert logp.grad[0, 1].item() == pytest.approx(4 * sig * (1 - sig) * 1.5)  # −A · f'(r) · r
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sapo_matches_verl_in_value_and_gradient(seed):
+    logp, behaviour, adv, mask = random_batch(seed)
+    ours = logp.clone().requires_grad_(True)
+    inp = PolicyInputs(mask=mask, advantages=adv, behaviour_logp=behaviour, proximal_logp=logp)
+    loss = aggregations.get("seq_mean_token_mean")(policy_losses.get("sapo")(inp, ours).token_loss, mask)
+    loss.backward()
+    theirs = logp.clone().requires_grad_(True)
+    expected = verl_sapo(behaviour, theirs, adv, mask, 1.0, 1.05)
+    expected.backward()
+    assert loss.item() == pytest.approx(expected.item())
+    torch.testing.assert_close(ours.grad, theirs.grad)
+
+
+# Four on-policy tokens (r = 1, no PPO clip): A = [3, −1, −1, −1] (mean 0), log π = [−0.5, −1.5, −1.5, −0.5]
+# (mean −1): Cov_t = A_t · (log π_t + 1) = [1.5, 0.5, 0.5, −0.5]. Only token 0 lies in (lb 1, ub 5) and has
+# the largest covariance; one token is treated (max(1, ⌊2e-4 · 4⌋)).
+COV_LOGP, COV_ADV = [-0.5, -1.5, -1.5, -0.5], [3.0, -1.0, -1.0, -1.0]
+
+
+def test_clip_cov_cuts_the_gradient_of_the_high_covariance_token():
+    inp, logp = inputs(COV_LOGP, COV_LOGP, COV_ADV)
+    out, tokens = loss_of("clip_cov", inp, logp)
+    assert tokens == pytest.approx([0.0, 1.0, 1.0, 1.0])  # −A · r, token 0 cut
+    out.token_loss.sum().backward()
+    assert logp.grad[0].tolist() == pytest.approx([0.0, 1.0, 1.0, 1.0])
+    assert out.metrics["cov_cut_fraction"] == pytest.approx(0.25)
+
+
+def test_kl_cov_penalises_the_high_covariance_token():
+    # log r = [0.2, 0, 0, −0.1]; token 0 (largest Cov) gets −A r + |log r|, the others −A r, unclipped
+    inp, logp = inputs(COV_LOGP, [a - b for a, b in zip(COV_LOGP, [0.2, 0.0, 0.0, -0.1])], COV_ADV)
+    out, tokens = loss_of("kl_cov", inp, logp)
+    assert tokens == pytest.approx([-3 * math.exp(0.2) + 0.2, 1.0, 1.0, math.exp(-0.1)])
+    out.token_loss.sum().backward()
+    assert logp.grad[0].tolist() == pytest.approx([-3 * math.exp(0.2) + 1.0, 1.0, 1.0, math.exp(-0.1)])
+
+
+def verl_clip_cov(old_log_prob, log_prob, advantages, response_mask, cliprange, ratio_, lb, ub):
+    """verl's compute_policy_loss_clip_cov (no dual clip), its token losses; every candidate is cut when
+    clip_num covers them all, which makes its random pick deterministic."""
+    ratio = torch.exp(log_prob - old_log_prob)
+    pg1 = -advantages * ratio
+    pg2 = -advantages * torch.clamp(ratio, 1 - cliprange, 1 + cliprange)
+    clip_by_origin = (pg2 > pg1) & (response_mask > 0)
+    mean = lambda x: (x * response_mask).sum() / response_mask.sum()
+    cov = (advantages - mean(advantages)) * (log_prob - mean(log_prob.detach()))
+    cov[response_mask == 0] = -torch.inf
+    cov[clip_by_origin] = -torch.inf
+    clip_num = max(int(ratio_ * response_mask.sum().item()), 1)
+    idx = torch.nonzero((cov < ub) & (cov > lb) & (response_mask > 0))
+    assert len(idx) <= clip_num
+    corr = torch.ones_like(advantages)
+    corr[idx[:, 0], idx[:, 1]] = 0
+    return torch.maximum(pg1, pg2) * corr
+
+
+def verl_kl_cov(old_log_prob, log_prob, advantages, response_mask, kl_cov_ratio, ppo_kl_coef):
+    """verl's compute_policy_loss_kl_cov, its token losses."""
+    negative_approx_kl = log_prob - old_log_prob
+    ratio = torch.exp(negative_approx_kl)
+    pg_losses = -advantages * ratio
+    pg_losses_kl = -advantages * ratio + ppo_kl_coef * negative_approx_kl.abs()
+    valid = response_mask > 0
+    valid_idx = torch.nonzero(valid.reshape(-1), as_tuple=True)[0]
+    adv, lp = advantages[valid].detach(), log_prob[valid].detach()
+    cov = (adv - adv.mean()) * (lp - lp.mean())
+    top = valid_idx[torch.topk(cov, max(1, int(len(cov) * kl_cov_ratio))).indices]
+    width = advantages.shape[1]
+    pg_losses = pg_losses.clone()
+    pg_losses[top // width, top % width] = pg_losses_kl[top // width, top % width]
+    return pg_losses
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_clip_cov_and_kl_cov_match_verl_in_value_and_gradient(seed):
+    logp, behaviour, adv, mask = random_batch(seed, b=4, t=6)
+    mask[-1] = 1.0  # verl needs every row's tokens for its means; a fully masked row is tested apart
+    for name, kw, reference in (
+            ("clip_cov", {"clip_cov_ratio": 1.0, "clip_cov_lb": 0.2, "clip_cov_ub": 5.0, "dual_clip": None},
+             lambda o, l, a, m: verl_clip_cov(o, l, a, m, 0.2, 1.0, 0.2, 5.0)),
+            ("kl_cov", {"kl_cov_ratio": 0.25, "ppo_kl_coef": 1.0}, lambda o, l, a, m: verl_kl_cov(o, l, a, m, 0.25, 1.0))):
+        ours, theirs = logp.clone().requires_grad_(True), logp.clone().requires_grad_(True)
+        inp = PolicyInputs(mask=mask, advantages=adv, behaviour_logp=behaviour, proximal_logp=logp)
+        got = policy_losses.get(name)(inp, ours, **kw).token_loss
+        want = reference(behaviour, theirs, adv, mask) * mask
+        torch.testing.assert_close(got, want)
+        got.sum().backward()
+        want.sum().backward()
+        torch.testing.assert_close(ours.grad, theirs.grad)
+
+
+@pytest.mark.parametrize("name", ["clip_cov", "kl_cov", "sapo"])
+def test_a_fully_masked_batch_gives_zero_loss(name):
+    inp, logp = batch([[-1.0, -2.0]], [[-1.5, -2.5]], [[1.0, 1.0]], [[0.0, 0.0]])
+    out = policy_losses.get(name)(inp, logp)
+    assert out.token_loss.abs().sum().item() == 0.0 and all(math.isfinite(v) for v in out.metrics.values())
+
+
+def test_kl_variants_low_var_and_straight_through():
+    logp = torch.tensor([math.log(0.5), math.log(0.9)], requires_grad=True)
+    ref = torch.tensor([math.log(0.25), math.log(0.3)])
+    k = lambda name: kl_estimators.get(name)(logp, ref)
+    assert k("low_var_kl").tolist() == k("k3").tolist()  # verl's name for the clamped k3
+    for plus, plain in (("k1+", "k1"), ("k3+", "k3")):
+        value = k(plus)
+        assert value.tolist() == pytest.approx(k(plain).tolist())  # the value of k1 / k3 ...
+        (grad,) = torch.autograd.grad(value.sum(), logp)
+        # ... and the gradient of k2 = ½ (log π − log π_ref)²: log π − log π_ref (log 2 on the first token)
+        assert grad.tolist() == pytest.approx((logp - ref).tolist())
+        assert grad[0].item() == pytest.approx(math.log(2))
+
+
+def test_bias_corrected_kl_matches_trl():
+    """TRL's GRPOTrainer with use_bias_correction_kl: per_token_kl = (e^(ref − logp) − (ref − logp) − 1)
+    · coef_1, coef_1 = exp(logp − old), the gradient flowing through both."""
+    from undertow.trainer.algorithms import bias_corrected
+
+    logp, old, ref = torch.tensor([-1.0, -0.3, -2.0]), torch.tensor([-1.2, -0.3, -1.5]), torch.tensor([-0.8, -0.5, -2.5])
+    ours, theirs = logp.clone().requires_grad_(True), logp.clone().requires_grad_(True)
+    got = bias_corrected(kl_estimators.get("k3")(ours, ref), ours, old)
+    want = (torch.exp(ref - theirs) - (ref - theirs) - 1) * torch.exp(theirs - old)
+    torch.testing.assert_close(got, want)
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(ours.grad, theirs.grad)
+    assert got[1].item() == pytest.approx(math.exp(-0.2) + 0.2 - 1)  # on-policy token: the ratio is 1
