@@ -14,7 +14,7 @@ from undertow.processors.advantages import ADVANTAGES
 from undertow.trainer.algorithms import aggregations, policy_losses
 from tests.helpers import write_config
 
-BUILT_IN = ["cispo", "clip_cov", "dapo", "dr_grpo", "gmpo", "gpg", "grpo", "gspo", "kl_cov", "opo", "pass_k", "reinforce",
+BUILT_IN = ["cispo", "clip_cov", "dapo", "dppo", "dr_grpo", "gmpo", "gpg", "grpo", "gspo", "kl_cov", "opo", "pass_k", "reinforce",
             "reinforce_pp", "reinforce_pp_baseline", "rloo", "sapo"]
 
 

@@ -158,8 +158,8 @@ def test_the_dpo_objective_takes_its_preference_loss_from_config():
         AlgorithmConfig(objective="dpo", preference_loss="ipoo")
 
 
-LOSSES = ["ppo_clip", "dapo", "gspo", "gmpo", "cispo", "sapo", "clip_cov", "kl_cov", "reinforce", "truncated_is",
-          "decoupled_ppo"]
+LOSSES = ["ppo_clip", "dapo", "gspo", "gmpo", "cispo", "sapo", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl", "reinforce",
+          "truncated_is", "decoupled_ppo"]
 
 
 @pytest.mark.parametrize("name", LOSSES)
@@ -417,3 +417,56 @@ def test_bias_corrected_kl_matches_trl():
     want.sum().backward()
     torch.testing.assert_close(ours.grad, theirs.grad)
     assert got[1].item() == pytest.approx(math.exp(-0.2) + 0.2 - 1)  # on-policy token: the ratio is 1
+
+
+def verl_dppo(old_log_prob, log_prob, advantages, divergence, low, high, clip_ratio_c=20.0):
+    """verl's compute_policy_loss_dppo_tv / _kl, their token losses."""
+    ratio = torch.exp((log_prob - old_log_prob).clamp(-20.0, 20.0))
+    truncated = torch.clamp(ratio, max=clip_ratio_c).detach()
+    prob, old_prob = torch.exp(log_prob), torch.exp(old_log_prob)
+    if divergence == "tv":
+        pos, neg = (prob - old_prob) <= high, (prob - old_prob) >= -low
+    else:
+        binary_kl = old_prob * (old_log_prob - log_prob) + (1 - old_prob) * torch.log(
+            (1.0 - old_prob + 1e-8) / (1.0 - prob + 1e-8))
+        pos, neg = (binary_kl <= high) | (prob <= old_prob), (binary_kl <= low) | (prob >= old_prob)
+    valid = torch.where(advantages > 0, pos, neg).detach().float()
+    return -advantages * truncated * log_prob * valid
+
+
+def test_dppo_tv_by_hand():
+    # q = 0.5 on every token. p = 0.6 (moved +0.1 ≤ 0.15), 0.7 (+0.2 > 0.15), 0.4 (−0.1), 0.3 (−0.2)
+    p = [0.6, 0.7, 0.4, 0.3]
+    inp, logp = inputs([math.log(x) for x in p], [math.log(0.5)] * 4, [1.0, 1.0, -1.0, -1.0])
+    out, tokens = loss_of("dppo_tv", inp, logp)
+    # valid: A > 0 needs p − q ≤ 0.15 (token 1 is out); A < 0 needs p − q ≥ −0.15 (token 3 is out)
+    # L = −A · r · log p with r = p / 0.5 (no truncation below 20)
+    assert tokens == pytest.approx([-1.2 * math.log(0.6), 0.0, 0.8 * math.log(0.4), 0.0])
+    out.token_loss.sum().backward()
+    assert logp.grad[0].tolist() == pytest.approx([-1.2, 0.0, 0.8, 0.0])  # −A · sg[r]
+    assert out.metrics["clip_fraction"] == pytest.approx(0.5)
+
+
+def test_dppo_kl_masks_a_large_move_of_a_likely_token_but_not_of_a_rare_one():
+    # q 0.99 → p 0.8: ratio 0.81 (PPO's box keeps it), binary KL 0.99 log(0.99/0.8) + 0.01 log(0.01/0.2) ≈ 0.181 > 0.05
+    # q 1e-5 → p 1e-3: ratio 100 (PPO clips it), binary KL ≈ 0.00095 ≤ 0.05: kept (truncated at 20)
+    inp, logp = inputs([math.log(0.8), math.log(1e-3)], [math.log(0.99), math.log(1e-5)], [-1.0, 1.0])
+    out, tokens = loss_of("dppo_kl", inp, logp)
+    assert tokens == pytest.approx([0.0, -20 * math.log(1e-3)])
+
+
+@pytest.mark.parametrize("divergence", ["tv", "kl"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_dppo_matches_verl_in_value_and_gradient(divergence, seed):
+    logp, behaviour, adv, mask = random_batch(seed, b=4, t=6)
+    behaviour = logp + (behaviour - logp) * 4  # moves of up to ±1.6 nats: some tokens leave the region
+    ours, theirs = logp.clone().requires_grad_(True), logp.clone().requires_grad_(True)
+    inp = PolicyInputs(mask=mask, advantages=adv, behaviour_logp=behaviour, proximal_logp=logp)
+    delta = {"tv": 0.15, "kl": 0.05}[divergence]
+    got = policy_losses.get(f"dppo_{divergence}")(inp, ours).token_loss
+    want = verl_dppo(behaviour, theirs, adv, divergence, delta, delta) * mask
+    torch.testing.assert_close(got, want)
+    assert 0 < (got[mask > 0] == 0).sum() < (mask > 0).sum()  # the mask binds on some tokens, not all
+    got.sum().backward()
+    want.sum().backward()
+    torch.testing.assert_close(ours.grad, theirs.grad)

@@ -4,8 +4,8 @@ trainer-side advantage transforms.
 Importing this package registers every built-in; a config names one by short name or dotted path.
 """
 
-from . import (advantage, aggregation, cispo, decoupled_ppo, entropy_cov, gmpo, gspo, kl, ppo,  # noqa: F401  (registers)
-               reinforce, sapo)
+from . import (advantage, aggregation, cispo, decoupled_ppo, dppo, entropy_cov, gmpo, gspo, kl,  # noqa: F401  (registers)
+               ppo, reinforce, sapo)
 from .base import (AdvantageInputs, LossOut, PolicyInputs, Totals, advantage_transforms, aggregations, kl_estimators,
                    masked, masked_mean, policy_losses)
 from .dpo import DPOOut, dpo_loss, preference_losses
