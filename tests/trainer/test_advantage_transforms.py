@@ -65,8 +65,11 @@ def test_reinforce_pp_returns_by_hand():
 
 
 def test_reinforce_pp_puts_the_outcome_on_the_last_trained_token_and_whitens_over_the_batch():
-    inp = inputs([[1, 1, 1], [1, 1, 0]], rewards=[1.0, 0.0], kl=[[0.1, 0.2, 0.3], [0.0, 0.0, 0.0]])
+    # a third row with nothing trained (fully masked) takes no outcome and no part in the statistics
+    inp = inputs([[1, 1, 1], [1, 1, 0], [0, 0, 0]], rewards=[1.0, 0.0, 5.0],
+                 kl=[[0.1, 0.2, 0.3], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
     got = advantage_transforms.get("reinforce_pp")(inp)
+    assert got[2].tolist() == [0.0, 0.0, 0.0]
     returns = torch.tensor([0.4, 0.5, 0.7, 0.0, 0.0], dtype=torch.float64)  # by hand, above
     std = math.sqrt(((returns - returns.mean()) ** 2).sum().item() / 4)  # unbiased over the 5 trained tokens
     want = ((returns - returns.mean()) / std).tolist()

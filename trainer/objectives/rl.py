@@ -59,7 +59,7 @@ class RLObjective(ExperienceObjective):
         forward pass; `batches`, them collated). Returns the records, in chunk order, with the new
         advantages, and metrics of the step."""
         records = [e for chunk in chunks for e in chunk]
-        width = max(len(e.response_tokens) for e in records)
+        width = max(1, max(len(e.response_tokens) for e in records))
         mask = torch.zeros(len(records), width, dtype=torch.float64)  # [B, L], response-aligned
         adv, kl = torch.zeros_like(mask), torch.zeros_like(mask)
         for i, e in enumerate(records):
