@@ -1,5 +1,5 @@
 """Clip-Cov (Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for Reasoning Language
-Models", arXiv 2505.22617, §4, eq. 10).
+Models", arXiv 2505.22617).
 
 The policy's entropy falls by the covariance of a token's log-prob and its advantage; a few tokens of
 high covariance drive the collapse. Clip-Cov stops their gradient:

@@ -1,5 +1,5 @@
 """KL-Cov (Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for Reasoning Language
-Models", arXiv 2505.22617, §4, eq. 11).
+Models", arXiv 2505.22617).
 
 Instead of cutting the tokens whose log-prob and advantage covary most (Clip-Cov), hold them near the
 old policy with a KL penalty, and leave every other token unclipped:

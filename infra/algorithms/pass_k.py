@@ -1,5 +1,5 @@
 """Pass@k Training (Chen et al. 2025, "Pass@k Training for Adaptively Balancing Exploration and
-Exploitation of Large Reasoning Models", arXiv 2508.10751, §3, eq. 11-15), analytic advantage.
+Exploitation of Large Reasoning Models", arXiv 2508.10751, eq. 11-15), analytic advantage.
 
 Reward a group by pass@k (does any of k answers pass?) instead of pass@1, computed in closed form over
 all k-subsets of the group's N answers, c of them correct:

@@ -1,5 +1,5 @@
 """REINFORCE++ (Hu 2025, "REINFORCE++: An Efficient RLHF Algorithm with Robustness to Both Prompt and
-Reward Models", arXiv 2501.03262, §3, eq. 6-8).
+Reward Models", arXiv 2501.03262).
 
 PPO's stabilisers without a critic and without a per-prompt baseline: the KL penalty is a token
 reward, the advantage a token-level return, normalised over the whole batch instead of per group.

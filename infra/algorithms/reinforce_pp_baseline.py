@@ -1,4 +1,4 @@
-"""REINFORCE++-baseline (Hu 2025, arXiv 2501.03262, §3.2), for outcome rewards with several answers
+"""REINFORCE++-baseline (Hu 2025, arXiv 2501.03262), for outcome rewards with several answers
 per prompt: the group's mean is the baseline, the batch's spread the scale.
     Ã_i = r_i − mean_group(r)                                                 processors: [G]
     A_i,t = (Ã_i − mean(Ã)) / std(Ã)      over every trained token of the step     trainer, once per step

@@ -8,7 +8,7 @@ advantages [B, L] the policy loss will see; it is 0 where `mask` is 0.
 
     batch_whiten   A_t ← whiten(A_t − β KL_t)                       REINFORCE++-baseline's second half
     reinforce_pp   r_t = −β KL_t (+ the outcome reward on the last trained token)
-                   G_t = Σ_{s≥t} γ^(s−t) r_s,   A_t = whiten(G_t)    REINFORCE++ (Hu 2025, eq. 6-8)
+                   G_t = Σ_{s≥t} γ^(s−t) r_s,   A_t = whiten(G_t)    REINFORCE++ (Hu 2025)
 with whiten(x) = (x − mean) / sqrt(var + 1e-8): mean and the unbiased variance over every trained
 token of the step (verl's masked_whiten).
 """
@@ -39,7 +39,7 @@ def whiten(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 @advantage_transforms.register("batch_whiten")
 def batch_whiten(inp: AdvantageInputs) -> torch.Tensor:
-    """REINFORCE++-baseline (Hu 2025, arXiv 2501.03262, §3.2; verl's
+    """REINFORCE++-baseline (Hu 2025, arXiv 2501.03262; verl's
     compute_reinforce_plus_plus_baseline_outcome_advantage): the processors subtract the group's mean
     reward (`dr_grpo`), this whitens the result over the whole batch's tokens, so the scale comes from
     the batch, not from one small group (GRPO's per-group std). With the KL in the reward, β KL_t is
@@ -63,7 +63,7 @@ def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) 
 
 @advantage_transforms.register("reinforce_pp")
 def reinforce_pp(inp: AdvantageInputs, *, gamma: float = 1.0) -> torch.Tensor:
-    """REINFORCE++ (Hu 2025, arXiv 2501.03262, eq. 6-8): no critic and no group baseline. The token
+    """REINFORCE++ (Hu 2025, arXiv 2501.03262): no critic and no group baseline. The token
     reward is the KL penalty, with the outcome reward added on the answer's last trained token; the
     advantage is the discounted return, whitened over every trained token of the batch (global
     normalisation instead of GRPO's per-prompt one). Checked against verl's

@@ -1,19 +1,19 @@
 """Clip-Cov and KL-Cov (Cui et al. 2025, "The Entropy Mechanism of Reinforcement Learning for Reasoning
-Language Models", arXiv 2505.22617, §4): the policy's entropy falls where the log-prob of a token and
+Language Models", arXiv 2505.22617): the policy's entropy falls where the log-prob of a token and
 its advantage covary; both losses act on the few tokens of highest covariance only.
 
     Cov_t = (A_t − mean(A)) · (log π_θ(y_t) − mean(log π_θ))      over the batch's trained tokens
     r_t = π_θ(y_t) / π_behaviour(y_t),   PPO's  L_t = −min(r_t A_t, clip(r_t, 1 − ε_low, 1 + ε_high) A_t)
 
-    clip_cov (eq. 10): among tokens PPO's clip did not already cut, with lb < Cov_t < ub, pick
+    clip_cov:          among tokens PPO's clip did not already cut, with lb < Cov_t < ub, pick
                        max(1, ⌊ratio · N⌋) at random and stop their gradient (their loss is 0)
-    kl_cov   (eq. 11): the max(1, ⌊ratio · N⌋) tokens of largest Cov_t get L_t = −r_t A_t + β |log r_t|,
+    kl_cov:            the max(1, ⌊ratio · N⌋) tokens of largest Cov_t get L_t = −r_t A_t + β |log r_t|,
                        every other token the plain (unclipped) −r_t A_t
 with N the trained tokens. Defaults are verl's (ratio 2e-4, lb 1, ub 5; kl_cov's ratio 2e-4 and β 1).
 
 The selection is per micro-batch: means, N and the top-k are over the tokens of the batch the loss is
 called on, as verl's are over its micro-batch (its policy loss is called per micro-batch too). With
-micro_batch_tokens unset a step is one micro-batch and the selection is over the whole step.
+micro_batch_tokens unset, one mini-batch and one rank, the selection is over the whole step.
 
 Unlike verl, every loss stays bounded at any ratio: Clip-Cov keeps PPO's dual clip for A < 0 (c = 3,
 as ppo_clip; dual_clip=None is verl's), and KL-Cov, which clips nothing, clamps log r_t to ±10 (verl
