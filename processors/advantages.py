@@ -7,6 +7,9 @@ advantage once per response token.
 
 from __future__ import annotations
 
+import math
+from math import comb
+
 import numpy as np
 
 from undertow.kernel.registry import Registry
@@ -68,3 +71,32 @@ class ReinforceBaseline:
         out = rewards - self.baseline
         self.baseline = self.momentum * self.baseline + (1 - self.momentum) * float(rewards.mean())
         return out
+
+
+@advantage("pass_k")
+def pass_k(rewards: np.ndarray, *, k: int = 4, threshold: float = 0.5) -> np.ndarray:
+    """Pass@k Training's analytic advantage (Chen et al. 2025, "Pass@k Training for Adaptively Balancing
+    Exploration and Exploitation", arXiv 2508.10751, eq. 11-15): the group's reward is pass@k of its
+    k-subsets, and each answer's advantage what it adds to that. A group of N with c correct
+    (reward ≥ threshold):
+        R̄ = 1 − C(N−c, k) / C(N, k)                           pass@k of the group        (eq. 11)
+        σ = sqrt(R̄ (1 − R̄))                                                               (eq. 12)
+        A_correct = (1 − R̄) / σ                                                           (eq. 14)
+        A_wrong   = (1 − R̄ − C(N−c−1, k−1) / C(N−1, k−1)) / σ                             (eq. 15)
+    A wrong answer is penalised only as much as it lowers the chance that a k-subset holding it
+    passes. k = 1 is GRPO with binary rewards. σ = 0 (every k-subset passes, or none) gives 0; a group
+    smaller than k uses k = N (then σ = 0 too), and a singleton group gets 0."""
+    if k < 1:
+        raise ValueError(f"k: expected at least 1 sample per subset, got {k}")
+    n = len(rewards)
+    if n < 2:
+        return np.zeros_like(rewards)
+    k = min(k, n)
+    correct = rewards >= threshold  # [G]
+    c = int(correct.sum())
+    mean = 1.0 - comb(n - c, k) / comb(n, k)
+    std = math.sqrt(mean * (1.0 - mean))
+    if std < 1e-12:
+        return np.zeros_like(rewards)
+    wrong = (1.0 - mean - comb(n - c - 1, k - 1) / comb(n - 1, k - 1)) / std
+    return np.where(correct, (1.0 - mean) / std, wrong)

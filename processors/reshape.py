@@ -18,7 +18,7 @@ Entry = str | Mapping[str, Any]
 
 @processor("reshape")
 class Reshape:
-    """advantage: an estimator (grpo, dr_grpo, rloo, opo, reinforce, or a dotted path);
+    """advantage: an estimator (grpo, dr_grpo, rloo, opo, reinforce, pass_k, or a dotted path);
     shaping: shapers in order (overlong, length_penalty, clip, scale, …);
     dynamic_sampling: DAPO's filter (Yu et al. 2025, §3.2): a group whose raw rewards are all
     equal carries no learning signal under a group-relative estimator, so it is rejected."""

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from undertow.kernel.registry import checked_entry
 from undertow.streams.weights import WeightsConfig
 
-from .algorithms import aggregations, kl_estimators, policy_losses, preference_losses
+from .algorithms import advantage_transforms, aggregations, kl_estimators, policy_losses, preference_losses
 from .objectives import objectives
 
 Entry = str | dict[str, Any]  # a registry entry: `name` or {name: …, **kwargs}
@@ -82,11 +82,22 @@ class BatchingConfig(_Section):
 class KLConfig(_Section):
     """KL to a frozen reference model."""
 
-    estimator: Entry = Field("k3", description="k1, k2, k3 or a dotted path")
+    estimator: Entry = Field("k3", description="k1, k2, k3 (= low_var_kl), k1+ / k3+ (straight-through: k2's "
+                                               "gradient), or a dotted path")
     coef: float = Field(0.0, ge=0, description="β; 0 disables the KL term and the reference model")
-    placement: Literal["loss", "reward"] = Field("loss", description="add β·KL to the loss, or subtract it from advantages")
+    placement: Literal["loss", "reward"] = Field(
+        "loss", description="add β·KL to the loss, or subtract it from the advantages (with an advantage_transform: "
+                            "KL(π_behaviour ‖ π_ref) folded into the token rewards once per step, before the transform)")
+    bias_correction: bool = Field(False, description="weigh the loss's per-token KL by π_θ/π_behaviour (TRL's "
+                                                     "use_bias_correction_kl); placement loss only")
 
     _check = field_validator("estimator")(lambda cls, v: checked_entry(kl_estimators, v))
+
+    @model_validator(mode="after")
+    def _correction_needs_a_loss_term(self) -> "KLConfig":
+        if self.bias_correction and self.placement != "loss":
+            raise ValueError("bias_correction: weighs the KL loss term; set placement: loss")
+        return self
 
 
 class AlgorithmConfig(_Section):
@@ -94,8 +105,12 @@ class AlgorithmConfig(_Section):
 
     objective: str = Field("rl", description="a registered objective (trainer/objectives/): rl and sft on "
                                              "experiences, dpo on preference pairs; or a dotted path")
-    policy_loss: Entry = Field("ppo_clip", description="ppo_clip, dapo, gspo, gmpo, cispo, reinforce, truncated_is, decoupled_ppo")
+    policy_loss: Entry = Field("ppo_clip", description="ppo_clip, dapo, gspo, gmpo, cispo, sapo, clip_cov, kl_cov, "
+                                                       "dppo_tv, dppo_kl, reinforce, truncated_is, decoupled_ppo")
     aggregation: Entry = Field("token_mean", description="token_mean, seq_mean_token_sum, seq_mean_token_mean, seq_mean_token_sum_norm")
+    advantage_transform: Entry | None = Field(
+        None, description="applied once per step over the whole batch before it is cut up: batch_whiten, "
+                          "reinforce_pp, or a dotted path (None: the processors' advantages as they are)")
     kl: KLConfig = Field(default_factory=KLConfig, description="KL to the reference model")
     entropy_coef: float = Field(0.0, description="entropy bonus weight (loss −= coef · entropy)")
     dpo_beta: float = Field(0.1, gt=0, description="DPO's β")
@@ -106,6 +121,8 @@ class AlgorithmConfig(_Section):
     _check_objective = field_validator("objective")(lambda cls, v: checked_entry(objectives, v))
     _check_loss = field_validator("policy_loss")(lambda cls, v: checked_entry(policy_losses, v))
     _check_agg = field_validator("aggregation")(lambda cls, v: checked_entry(aggregations, v))
+    _check_transform = field_validator("advantage_transform")(
+        lambda cls, v: v if v is None else checked_entry(advantage_transforms, v))
     _check_pref = field_validator("preference_loss")(lambda cls, v: checked_entry(preference_losses, v))
 
 

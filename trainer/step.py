@@ -11,7 +11,9 @@ so the accumulated gradient is exactly the one pass's (world_size undoes the ran
 holds the whole batch (the relay sends it to all), so every rank knows every total without talking.
 
 The proximal policy of decoupled PPO is the weights before the first update: with more than one
-update per step, its log-probs are computed up front, once.
+update per step, its log-probs are computed up front, once. So is an objective's `prepare` (a
+trainer-side advantage transform: REINFORCE++'s returns, a batch whitening): once per step, over the
+whole batch, before the batch is cut up, identically on every rank; so the cut changes nothing.
 """
 
 from __future__ import annotations
@@ -89,6 +91,19 @@ def plan(records: list[Record], objective: Objective, shape: StepShape, rank: in
         count = max(len(p) for p in packs)
         updates.append(Update(mini, packs[rank] + [[]] * (count - len(packs[rank])), objective.totals(mini)))
     return updates
+
+
+def prepare_step(objective: Objective, records: list[Record], ref_model: Any, shape: StepShape,
+                 collate: Callable[[list[Record]], Any]) -> tuple[list[Record], dict[str, float]]:
+    """The objective's pass over the whole step's batch, if it has one (`prepares_step`): every rank
+    runs it on every record, in forward passes of at most `micro_batch_tokens`. Returns the records in
+    their order, as the objective rewrote them, and its metrics."""
+    if not getattr(objective, "prepares_step", False):
+        return records, {}
+    chunks = pack(records, objective, shape.micro_batch_tokens, shape.pad_to_multiple)
+    prepared, metrics = objective.prepare(chunks, (collate(c) for c in chunks), ref_model)
+    by_id = {record_id(r): r for r in prepared}
+    return [by_id[record_id(r)] for r in records], metrics
 
 
 def to_device(batch: Any, device: torch.device) -> Any:
@@ -173,9 +188,11 @@ def train_step(engine: Any, objective: Objective, records: list[Record], ref_mod
                pad_id: int, shape: StepShape = StepShape()) -> TrainStepResult:
     """Every update of one step on this rank; metrics are over all ranks (every rank gets them)."""
     started = time.perf_counter()
-    updates = plan(records, objective, shape, process.rank, process.world_size)
+    received = records  # what a caller gets back untrained: never the transformed advantages
     collate = lambda rs: to_device(objective.collate(rs or records[:1], pad_id=pad_id,
                                                      pad_to_multiple=shape.pad_to_multiple), process.device)
+    records, prepared = prepare_step(objective, records, ref_model, shape, collate)
+    updates = plan(records, objective, shape, process.rank, process.world_size)
     batches = [[collate(m) for m in u.micro] for u in updates]
     if len(updates) * shape.ppo_epochs > 1:  # else the proximal policy is the current one
         batches = [[_with_proximal(b, objective.logprobs(engine, b)) for b in bs] for bs in batches]
@@ -199,12 +216,12 @@ def train_step(engine: Any, objective: Objective, records: list[Record], ref_mod
                 grad_norms.append(float(norm))
     seconds = time.perf_counter() - started
     tokens = sum(record_tokens(r) for r in records)  # the whole batch, over all ranks
-    metrics = {**tally.result(len(updates) * shape.ppo_epochs, process.world_size),
+    metrics = {**prepared, **tally.result(len(updates) * shape.ppo_epochs, process.world_size),
                "updates": float(applied), "skipped_updates": float(skipped), "lr": float(engine.get_lr()[0]),
                "step_s": seconds, "tokens": float(tokens), "tokens_per_s": tokens / seconds if seconds > 0 else 0.0}
     if grad_norms:
         metrics["grad_norm"] = sum(grad_norms) / len(grad_norms)
-    return TrainStepResult(metrics, [r for r in records if record_id(r) not in trained])
+    return TrainStepResult(metrics, [r for r in received if record_id(r) not in trained])
 
 
 def _with_proximal(batch: Any, logp: torch.Tensor | None) -> Any:

@@ -26,10 +26,11 @@ def expand(raw: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def rl(advantage: Any, policy_loss: Any, aggregation: str, *, kl_coef: float = 0.0, shaping: list[Any] = (),
-       dynamic_sampling: bool = False, staleness: int | None = None) -> Sections:
-    """The sections of an RL preset: the processors' reshape and the trainer's algorithm (and, for an
-    on-policy one, staleness 0 on both sides)."""
+def rl(advantage: Any, policy_loss: Any, aggregation: Any, *, kl_coef: float = 0.0, shaping: list[Any] = (),
+       dynamic_sampling: bool = False, staleness: int | None = None, kl_estimator: Any = "k3",
+       kl_placement: str = "loss", advantage_transform: Any = None) -> Sections:
+    """The sections of an RL preset: the processors' reshape and the trainer's algorithm (its
+    once-per-step advantage transform, if any; and, for an on-policy one, staleness 0 on both sides)."""
     reshape: dict[str, Any] = {"name": "reshape", "advantage": advantage}
     if shaping:
         reshape["shaping"] = list(shaping)
@@ -38,8 +39,10 @@ def rl(advantage: Any, policy_loss: Any, aggregation: str, *, kl_coef: float = 0
     sections: Sections = {
         "processors": {"pipeline": ["clean", reshape, "prioritize"]},
         "trainer": {"algorithm": {"objective": "rl", "policy_loss": policy_loss, "aggregation": aggregation,
-                                  "kl": {"coef": kl_coef, "estimator": "k3", "placement": "loss"}}},
+                                  "kl": {"coef": kl_coef, "estimator": kl_estimator, "placement": kl_placement}}},
     }
+    if advantage_transform is not None:
+        sections["trainer"]["algorithm"]["advantage_transform"] = advantage_transform
     if staleness is not None:
         sections["trainer"]["batching"] = {"max_staleness": staleness}
         sections["rollout"] = {"max_staleness": staleness}

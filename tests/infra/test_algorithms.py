@@ -14,7 +14,8 @@ from undertow.processors.advantages import ADVANTAGES
 from undertow.trainer.algorithms import aggregations, policy_losses
 from tests.helpers import write_config
 
-BUILT_IN = ["cispo", "dapo", "dr_grpo", "gmpo", "gpg", "grpo", "gspo", "opo", "reinforce", "rloo"]
+BUILT_IN = ["cispo", "clip_cov", "dapo", "dppo", "dr_grpo", "gmpo", "gpg", "grpo", "gspo", "kl_cov", "opo", "pass_k", "reinforce",
+            "reinforce_pp", "reinforce_pp_baseline", "rloo", "sapo"]
 
 
 def reshape_of(cfg: RunConfig) -> dict:

@@ -1,8 +1,8 @@
 """Each algorithm preset learns, in process and without a broker: a tiny model answers a prompt with
 one token, rewarded 1 when the token is in a fixed quarter of its vocabulary. Each step samples
 groups from the current weights (their behaviour log-probs recorded as a rollout worker does), runs
-the preset's processors pipeline (the no-broker harness), and minimises its trainer objective with
-Adam. The loss stays finite at every step and the reward rises."""
+the preset's processors pipeline (the no-broker harness), the trainer's once-per-step pass (an
+advantage transform), and minimises its trainer objective with Adam. The loss stays finite at every step and the reward rises."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from undertow.kernel.models import build_model
 from undertow.processors.harness import Harness
 from undertow.schemas import Experience
 from undertow.trainer.objectives import objectives
+from undertow.trainer.step import StepShape, prepare_step
 
 PROMPT = [5, 6, 7]
 GROUPS, SIZE, STEPS = 4, 8, 15
@@ -50,7 +51,9 @@ def test_each_preset_learns_with_a_finite_loss(name):
         ready = [a.experience for a in harness.feed(experiences).ready]
         if not ready:  # every group dropped (dynamic sampling): nothing to learn from
             continue
-        batch = objective.collate(ready, pad_id=0, pad_to_multiple=1)
+        collate = lambda rs: objective.collate(rs, pad_id=0, pad_to_multiple=1)
+        ready, _ = prepare_step(objective, ready, reference, StepShape(pad_to_multiple=1), collate)  # as train_step
+        batch = collate(ready)
         loss = objective.loss(model, batch, reference, objective.totals(ready)).loss
         assert torch.isfinite(loss), (name, step, loss)
         optimizer.zero_grad()

@@ -70,3 +70,51 @@ def test_dapo_overlong_ramp():
 ])
 def test_shapers(fn, kw, want):
     np.testing.assert_allclose(fn(np.array([1.0, 0.0]), np.array([5.0, 10.0]), **kw), want)
+
+
+def pass_k_by_enumeration(rewards: np.ndarray, k: int) -> np.ndarray:
+    """An independent form of Chen et al. 2025's eq. 11-15: enumerate every k-subset of the group, a
+    subset passing when any of its answers is correct; an answer's advantage is the mean pass of the
+    subsets holding it, minus the mean pass of all subsets, over their std."""
+    from itertools import combinations
+
+    n = len(rewards)
+    subsets = list(combinations(range(n), k))
+    passed = {s: float(any(rewards[i] >= 0.5 for i in s)) for s in subsets}
+    mean = sum(passed.values()) / len(subsets)
+    std = (mean * (1 - mean)) ** 0.5
+    holding = [np.mean([passed[s] for s in subsets if i in s]) for i in range(n)]
+    return np.array([(h - mean) / std for h in holding])
+
+
+def test_pass_k_by_hand():
+    from undertow.processors.advantages import pass_k
+
+    # N 4, c 1, k 2: R̄ = 1 − C(3,2)/C(4,2) = 1/2, σ = 1/2; A+ = (1/2)/(1/2) = 1;
+    # A− = (1/2 − C(2,1)/C(3,1)) / (1/2) = (1/2 − 2/3) · 2 = −1/3
+    np.testing.assert_allclose(pass_k(R, k=2), [1.0, -1 / 3, -1 / 3, -1 / 3])
+    # N 4, c 2, k 2: R̄ = 1 − 1/6 = 5/6, σ = √5/6; A+ = (1/6)/σ = 1/√5; A− = (1/6 − 1/3)/σ = −1/√5
+    two = np.array([1.0, 1.0, 0.0, 0.0])
+    np.testing.assert_allclose(pass_k(two, k=2), [5 ** -0.5] * 2 + [-(5 ** -0.5)] * 2)
+    # k = 1 is GRPO on binary rewards with the population std: (r − 1/4) / (√3/4)
+    np.testing.assert_allclose(pass_k(R, k=1), (R - R.mean()) / R.std())
+
+
+@pytest.mark.parametrize("rewards, k", [([1, 0, 0, 0, 0, 0], 3), ([1, 1, 0, 0, 0, 1, 0, 0], 4), ([0, 1, 0, 0, 0], 2),
+                                        ([0.9, 0.2, 0.0, 0.7], 2)])
+def test_pass_k_matches_the_subsets_it_averages(rewards, k):
+    from undertow.processors.advantages import pass_k
+
+    rewards = np.array(rewards, dtype=float)
+    np.testing.assert_allclose(pass_k(rewards, k=k), pass_k_by_enumeration(rewards, k))
+
+
+def test_pass_k_edge_cases_give_zero():
+    from undertow.processors.advantages import pass_k
+
+    assert pass_k(np.array([1.0]), k=4).tolist() == [0.0]  # singleton
+    assert pass_k(np.ones(4), k=2).tolist() == [0.0] * 4  # every subset passes: σ = 0
+    assert pass_k(np.zeros(4), k=2).tolist() == [0.0] * 4  # none does
+    assert pass_k(np.array([1.0, 0.0, 0.0]), k=8).tolist() == [0.0] * 3  # k > N: k = N, the one subset passes
+    with pytest.raises(ValueError, match="k: expected at least 1"):
+        pass_k(R, k=0)

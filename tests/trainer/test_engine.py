@@ -5,6 +5,7 @@ binds on a second epoch; a non-finite step is skipped on every rank."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -29,7 +30,8 @@ def run_script(out: Path, engine: dict, port: int, nproc: int = 1, *args: str, s
            "--engine", json.dumps({**engine, "master_port": port}), "--shape", json.dumps(shape or {}),
            "--algorithm", json.dumps(algorithm or {}), *args]
     env = trainer_env(port)
-    env["PYTHONPATH"] = str(ROOT)
+    # the repository root for `tests.`; a caller's own path after it (a worktree's package link)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (done.stdout + done.stderr)[-8000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
@@ -107,3 +109,20 @@ def test_a_non_finite_step_is_skipped_on_every_rank(tmp_path: Path, zero_stage: 
     assert all(torch.equal(initial[k], kept[k]) for k in kept)  # weights unchanged
     m = ranks[0]["metrics"][0]
     assert m["updates"] == 0 and m["skipped_updates"] == 1 and len(ranks[0]["untrained"][0]) == 8
+
+
+def test_an_advantage_transform_trains_the_same_on_two_ranks_in_micro_and_mini_batches(tmp_path: Path):
+    """batch_whiten (REINFORCE++-baseline) runs once per step over the whole batch inside train_step: two
+    ranks in micro-batches and two mini-batches per step train what one process does in whole passes."""
+    algorithm = {"advantage_transform": "batch_whiten"}
+    whole = run_script(tmp_path / "whole", {"zero_stage": 0, "lr": 0.01}, 29562, shape={"mini_batches": 2},
+                       algorithm=algorithm)
+    ranks = run_script(tmp_path / "two", {"zero_stage": 2, "lr": 0.01}, 29563, 2,
+                       shape={"micro_batch_tokens": 16, "mini_batches": 2}, algorithm=algorithm)
+    for run in (whole[0], *ranks):
+        # make_group's advantages are ±1 on each of the step's 16 tokens (8 answers of 2), half each: mean 0,
+        # unbiased std √(16/15), so whitened over the whole step ±√(15/16); per rank or mini-batch it would not be
+        assert [m["advantage_abs_max"] for m in run["metrics"]] == pytest.approx([(15 / 16) ** 0.5] * 2)
+        assert run["untrained"] == [[], []]
+    assert ranks[0]["losses"] == pytest.approx(whole[0]["losses"], abs=1e-6)
+    assert [m["grad_norm"] for m in ranks[0]["metrics"]] == pytest.approx([m["grad_norm"] for m in whole[0]["metrics"]], rel=1e-5)

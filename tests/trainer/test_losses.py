@@ -158,7 +158,8 @@ def test_the_dpo_objective_takes_its_preference_loss_from_config():
         AlgorithmConfig(objective="dpo", preference_loss="ipoo")
 
 
-LOSSES = ["ppo_clip", "dapo", "gspo", "gmpo", "cispo", "reinforce", "truncated_is", "decoupled_ppo"]
+LOSSES = ["ppo_clip", "dapo", "gspo", "gmpo", "cispo", "sapo", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl", "reinforce",
+          "truncated_is", "decoupled_ppo"]
 
 
 @pytest.mark.parametrize("name", LOSSES)
@@ -204,14 +205,15 @@ def test_every_registered_loss_is_listed_here():
 def test_every_loss_is_finite_and_bounded_at_an_extreme_log_ratio(name, advantage, log_ratio):
     """One valid token 100 nats away from the behaviour policy (fp32, as trained): before the clamps
     GSPO's loss was 7.3e7 and REINFORCE's -8.1e6. Bounded as verl's clamps bound them: by e^10 · |A|
-    times the token's |log π| (REINFORCE-style losses multiply by it), and the gradient finite."""
+    times the token's |log π| (REINFORCE-style losses multiply by it), plus KL-Cov's penalty β |log r|
+    at its clamp (10) when the token is the one it penalises, and the gradient finite."""
     logp = torch.tensor([[-0.5, -1.0]], requires_grad=True)
     inp = PolicyInputs(mask=torch.ones(1, 2), advantages=torch.full((1, 2), advantage),
                        behaviour_logp=torch.tensor([[-0.5 - log_ratio, -1.0]]), proximal_logp=torch.tensor([[-0.5, -1.0]]))
     out = policy_losses.get(name)(inp, logp)
     loss = aggregations.get("token_mean")(out.token_loss, inp.mask)
     loss.backward()
-    bound = math.exp(10.0) * abs(advantage) * 1.0
+    bound = math.exp(10.0) * abs(advantage) * 1.0 + (10.0 if name == "kl_cov" else 0.0)
     assert torch.isfinite(out.token_loss).all() and torch.isfinite(logp.grad).all()
     assert out.token_loss.abs().max().item() <= bound, out.token_loss
 
@@ -249,3 +251,4 @@ def test_gmpo_by_hand():
     assert loss.item() == pytest.approx(-math.exp(0.25))
     assert logp.grad[0].tolist() == pytest.approx([-math.exp(0.25) / 2, 0.0])
     assert out.metrics["clip_fraction"] == pytest.approx(0.5)
+

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from pydantic import ValidationError
@@ -78,3 +80,25 @@ def test_bad_config_names_the_field():
     with pytest.raises(ValidationError, match=r"feeder\.x\n  Extra inputs"):  # one model: no section goes unread
         RunConfig.model_validate({"feeder": {"x": 1}, "trainer": {}})
     assert RunConfig.model_validate({"trainer": {}}).trainer.sync_every == 1
+
+
+def test_bias_corrected_kl_weighs_by_the_ratio_to_the_behaviour_policy():
+    """Behaviour log-probs shifted by −0.3 nats: every token's ratio π_θ/π_behaviour is e^0.3, so TRL's
+    corrected KL is e^0.3 times the plain one (and the loss term with it)."""
+    model, ref = build_model(SPEC), build_model(SPEC.model_copy(update={"seed": 1}))
+    records = [r.model_copy(update={"behaviour_logprobs": [lp - 0.3 for lp in r.behaviour_logprobs]})
+               for r in make_group("g")]
+    kl = lambda correct: objectives.get("rl")(AlgorithmConfig(kl={"coef": 0.5, "bias_correction": correct}))
+    plain, corrected = (kl(c).loss(model, kl(c).collate(records, pad_id=0, pad_to_multiple=8), ref) for c in (False, True))
+    assert plain.metrics["kl"] > 0.01
+    assert corrected.metrics["kl"] == pytest.approx(plain.metrics["kl"] * math.exp(0.3), rel=1e-4)
+
+
+def test_bad_transform_and_kl_settings_name_the_field():
+    with pytest.raises(ValidationError, match=r"trainer\.algorithm\.advantage_transform[\s\S]*'reinforce_pp'"):
+        RunConfig.model_validate({"trainer": {"algorithm": {"advantage_transform": "reinforce_ppp"}}})
+    with pytest.raises(ValidationError, match="gama"):
+        RunConfig.model_validate({"trainer": {"algorithm": {"advantage_transform": {"name": "reinforce_pp", "gama": 1}}}})
+    with pytest.raises(ValidationError, match="bias_correction: weighs the KL loss term; set placement: loss"):
+        RunConfig.model_validate({"trainer": {"algorithm": {"kl": {"bias_correction": True, "placement": "reward"}}}})
+    assert AlgorithmConfig(kl={"estimator": "k3+"}).kl.estimator == "k3+"

@@ -11,7 +11,7 @@ from undertow.kernel.models import build_model
 from undertow.schemas import Experience
 from undertow.trainer.config import AlgorithmConfig
 from undertow.trainer.objectives import objectives
-from undertow.trainer.step import StepShape, Tally, accumulate, pack, padded_cost, plan
+from undertow.trainer.step import StepShape, Tally, accumulate, pack, padded_cost, plan, prepare_step
 
 from .helpers import SPEC
 
@@ -102,3 +102,41 @@ def test_packing_respects_the_budget_and_pads_ranks_to_the_same_count():
         seen = [r.experience_id for rank in range(2) for m in updates[rank][i].micro for r in m]
         assert sorted(seen) == sorted(r.experience_id for r in updates[0][i].records)
     assert sum(len(u.records) for u in updates[0]) == 9
+
+
+@pytest.mark.parametrize("transform, kl", [("reinforce_pp", {"coef": 0.1, "estimator": "k1", "placement": "reward"}),
+                                           ("batch_whiten", {"coef": 0.1, "estimator": "k3", "placement": "reward"}),
+                                           ("batch_whiten", {"coef": 0.1, "estimator": "k2", "placement": "loss"})])
+def test_an_advantage_transform_over_the_whole_batch_is_the_same_however_the_step_is_cut(transform, kl):
+    """REINFORCE++'s whitening needs the whole step's tokens: it runs once, before the cut, its
+    reference forward passes within the micro-batch budget; cut or not, ranks or not, the same
+    advantages, loss and gradient."""
+    records = [r.model_copy(update={"reward": float(i % 3)}) for i, r in enumerate(varied_experiences())]
+    ref = build_model(SPEC.model_copy(update={"seed": 1})).double()
+    rl = objectives.get("rl")(AlgorithmConfig(advantage_transform=transform, kl=kl, entropy_coef=0.01))
+    collate = lambda multiple: lambda rs: _double(rl.collate(rs, pad_id=0, pad_to_multiple=multiple))
+    whole, metrics = prepare_step(rl, records, ref, StepShape(pad_to_multiple=1), collate(1))
+    cut, _ = prepare_step(rl, records, ref, StepShape(micro_batch_tokens=30, pad_to_multiple=8), collate(8))
+    assert [r.experience_id for r in cut] == [r.experience_id for r in records]
+    for a, b in zip(whole, cut):
+        assert a.advantages == pytest.approx(b.advantages, abs=1e-9)
+    trained = torch.tensor([a for e in whole for a, m in zip(e.advantages, e.loss_mask) if m], dtype=torch.float64)
+    assert trained.mean().item() == pytest.approx(0.0, abs=1e-9) and trained.std().item() == pytest.approx(1.0, abs=1e-6)
+    assert ("kl" in metrics) == (kl["placement"] == "reward")  # folded up front, reported by the step
+
+    one = build_model(SPEC).double()
+    out = rl.loss(one, collate(1)(whole), ref)
+    assert ("kl" in out.metrics) == (kl["placement"] == "loss")  # the loss does not fold it a second time
+    out.loss.backward()
+    expected = gradients(one)
+    for world in (1, 2):
+        got_loss, got = run_ranks(rl, cut, StepShape(micro_batch_tokens=30, pad_to_multiple=1), world, ref)
+        assert got_loss == pytest.approx(out.loss.item(), abs=1e-9)
+        for k in expected:
+            torch.testing.assert_close(got[k], expected[k], atol=1e-9, rtol=1e-6)
+
+
+def test_without_a_transform_the_step_is_not_prepared():
+    records = varied_experiences()
+    rl = objectives.get("rl")(AlgorithmConfig())
+    assert prepare_step(rl, records, None, StepShape(), lambda rs: 1 / 0) == (records, {})

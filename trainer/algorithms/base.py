@@ -20,6 +20,7 @@ from undertow.kernel.registry import Registry
 policy_losses: Registry = Registry("policy loss")
 aggregations: Registry = Registry("aggregation")
 kl_estimators: Registry = Registry("kl estimator")
+advantage_transforms: Registry = Registry("advantage transform")
 
 MAX_LOG_RATIO = 20.0
 # An importance weight no clip bounds (a sequence's ratio, REINFORCE's weight) is clamped harder:
@@ -35,6 +36,17 @@ class PolicyInputs:
     advantages: torch.Tensor  # sequence advantage repeated on each response token
     behaviour_logp: torch.Tensor  # log-probs under the policy that generated the sample
     proximal_logp: torch.Tensor  # log-probs under the weights at the start of this step (no grad)
+
+
+@dataclass
+class AdvantageInputs:
+    """What a trainer-side advantage transform sees: the WHOLE step's batch (every rank the same),
+    response-aligned: column j is response token j of row i. All [B, L] float64 but `rewards` [B]."""
+
+    mask: torch.Tensor  # 1 on trained response tokens; 0 on observation tokens and padding
+    advantages: torch.Tensor  # what the processors computed (a sequence's scalar on each of its tokens)
+    rewards: torch.Tensor  # [B] the outcome reward of each sequence
+    kl_penalty: torch.Tensor  # β · KL_t(π_behaviour ‖ π_ref) when the KL goes into the reward, else zeros
 
 
 @dataclass

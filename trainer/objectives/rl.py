@@ -1,14 +1,20 @@
 """RL on experiences: a policy loss (trainer/algorithms), an optional KL to a reference (as a loss term
-or an advantage penalty) and an entropy bonus, aggregated against the step's totals."""
+or an advantage penalty) and an entropy bonus, aggregated against the step's totals.
+
+With an advantage transform (REINFORCE++'s returns, a batch whitening), `prepare` runs once per step
+over the whole batch before the step loop cuts it into mini- and micro-batches, and rewrites the
+records' advantages; with the KL in the reward, it is KL(π_behaviour ‖ π_ref), folded into the token
+rewards there (as verl's apply_kl_penalty does with the policy that sampled), not in the loss."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable
 
 import torch
 
-from undertow.trainer.algorithms import (PolicyInputs, Totals, aggregations, entropy, kl_estimators, masked,
-                                         masked_mean, policy_losses)
+from undertow.schemas import Experience
+from undertow.trainer.algorithms import (AdvantageInputs, PolicyInputs, Totals, advantage_transforms, aggregations,
+                                         bias_corrected, entropy, kl_estimators, masked, masked_mean, policy_losses)
 from undertow.trainer.batch import SequenceBatch
 
 from .api import ExperienceObjective, StepLoss, objectives, policy_logprobs, reference_logprobs
@@ -28,12 +34,61 @@ class RLObjective(ExperienceObjective):
         self.policy_loss = policy_losses.resolve(algo.policy_loss)
         self.aggregate = aggregations.resolve(algo.aggregation)
         self.kl = kl_estimators.resolve(algo.kl.estimator)
-        self.kl_coef, self.kl_placement = algo.kl.coef, algo.kl.placement
+        self.kl_coef, self.kl_placement, self.bias_correction = algo.kl.coef, algo.kl.placement, algo.kl.bias_correction
         self.entropy_coef, self.temperature = algo.entropy_coef, algo.temperature
+        transform = algo.advantage_transform
+        self.transform = None if transform is None else advantage_transforms.resolve(transform)
 
     @property
     def needs_reference(self) -> bool:
         return self.kl_coef > 0
+
+    @property
+    def prepares_step(self) -> bool:
+        """Whether the step loop calls `prepare` once over the whole batch before cutting it up."""
+        return self.transform is not None
+
+    @property
+    def kl_in_rewards(self) -> bool:
+        """The KL penalty is folded into the token rewards by `prepare`, not computed in the loss."""
+        return self.prepares_step and self.needs_reference and self.kl_placement == "reward"
+
+    def prepare(self, chunks: list[list[Experience]], batches: Iterable[SequenceBatch],
+                ref_model: Any = None) -> tuple[list[Experience], dict[str, float]]:
+        """The advantage transform over the whole step's batch (`chunks`, its records cut to fit a
+        forward pass; `batches`, them collated). Returns the records, in chunk order, with the new
+        advantages, and metrics of the step."""
+        records = [e for chunk in chunks for e in chunk]
+        width = max(1, max(len(e.response_tokens) for e in records))
+        mask = torch.zeros(len(records), width, dtype=torch.float64)  # [B, L], response-aligned
+        adv, kl = torch.zeros_like(mask), torch.zeros_like(mask)
+        for i, e in enumerate(records):
+            n = len(e.response_tokens)
+            mask[i, :n] = torch.tensor(e.loss_mask or [1] * n, dtype=torch.float64)
+            if e.advantages:
+                adv[i, :n] = torch.tensor(e.advantages, dtype=torch.float64)
+        rewards = torch.tensor([e.reward or 0.0 for e in records], dtype=torch.float64)  # [B]
+        if self.kl_in_rewards:
+            kl = self.kl_coef * masked(self._behaviour_kl(chunks, batches, ref_model, width), mask)
+        new = self.transform.obj(AdvantageInputs(mask, adv, rewards, kl), **self.transform.kwargs)  # [B, L]
+        out = [e.model_copy(update={"advantages": new[i, :len(e.response_tokens)].tolist()})
+               for i, e in enumerate(records)]
+        metrics = {"advantage_mean": masked_mean(new, mask).item(), "advantage_abs_max": new.abs().max().item()}
+        if self.kl_in_rewards:
+            metrics["kl"] = masked_mean(kl, mask).item() / self.kl_coef
+        return out, metrics
+
+    def _behaviour_kl(self, chunks: list[list[Experience]], batches: Iterable[SequenceBatch], ref_model: Any,
+                      width: int) -> torch.Tensor:
+        """KL_t(π_behaviour ‖ π_ref) of every record's response tokens, [B, width], response-aligned."""
+        rows = []
+        for chunk, batch in zip(chunks, batches):
+            ref = reference_logprobs(ref_model, batch, self.temperature)  # [b, T-1]
+            per_token = self.kl.obj(batch.behaviour_logp.to(ref.dtype), ref).detach().double().cpu()  # [b, T-1]
+            for j, e in enumerate(chunk):
+                start, n = len(e.prompt_tokens) - 1, len(e.response_tokens)
+                rows.append(torch.nn.functional.pad(per_token[j, start:start + n], (0, width - n)))
+        return torch.stack(rows)
 
     def _agg(self, token_values: torch.Tensor, mask: torch.Tensor, totals: Totals | None) -> torch.Tensor:
         return self.aggregate.obj(token_values, mask, totals, **self.aggregate.kwargs)
@@ -42,9 +97,12 @@ class RLObjective(ExperienceObjective):
         logp, logits = policy_logprobs(model, batch, self.temperature)  # [B, T-1], [B, T-1, V]
         mask, advantages = batch.mask, batch.advantages
         kl_tokens = None
-        if self.needs_reference:
+        if self.needs_reference and not self.kl_in_rewards:
             ref_logp = reference_logprobs(ref_model, batch, self.temperature)  # [B, T-1]
-            kl_tokens = masked(self.kl.obj(logp, ref_logp), mask)
+            kl_tokens = self.kl.obj(logp, ref_logp)
+            if self.bias_correction:  # the tokens came from π_behaviour: weigh by π_θ/π_behaviour (TRL)
+                kl_tokens = bias_corrected(kl_tokens, logp, batch.behaviour_logp)
+            kl_tokens = masked(kl_tokens, mask)
             if self.kl_placement == "reward":  # a per-token reward penalty, folded into the advantage
                 advantages = advantages - self.kl_coef * kl_tokens.detach()
         proximal = batch.proximal_logp if batch.proximal_logp is not None else logp.detach()
