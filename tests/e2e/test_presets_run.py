@@ -4,7 +4,7 @@ Every stage's losses are finite with no update skipped, the reward does not fall
 own rules hold in the live loop (an on-policy preset trains at staleness 0 only).
 
 CI runs presets that exercise each part a preset sets: processors filters and shaping (dapo), an
-on-policy bound on both sides (opo), a trainer-only change (gspo). UNDERTOW_PRESETS=all (or a comma
+on-policy bound on both sides (opo), a trainer-side pass over the whole batch (reinforce_pp). UNDERTOW_PRESETS=all (or a comma
 list) runs every registered one the same way."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tests.e2e.test_loop import ROOT
 from tests.run_output import only_run_dir, undertow_run, wait_run
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
-CI_PRESETS = ["dapo", "opo", "gspo"]
+CI_PRESETS = ["dapo", "opo", "reinforce_pp"]
 STEPS = 20
 
 
