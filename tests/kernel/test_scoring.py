@@ -51,6 +51,13 @@ def test_a_local_judge_gives_p_yes_among_the_labels(models):
     assert value == pytest.approx(p_yes / (p_yes + p_no), abs=1e-5)
 
 
+def test_a_left_padded_batch_of_judge_prompts_scores_as_each_prompt_alone(models):
+    judge = LLMJudge(path=models["judge"], cache_size=0)
+    batched = [s.value for s in judge.score(ITEMS)]
+    alone = [judge.score([item])[0].value for item in ITEMS]
+    assert batched == pytest.approx(alone, abs=1e-5)
+
+
 def test_a_local_judge_that_writes_no_score_is_unparsable(models):
     judge = LLMJudge(path=models["judge"], verdict="regex", max_new_tokens=8)  # random weights write noise
     verdict = judge.score([Item("1+1=?", "2", "2")])[0]
