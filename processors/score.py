@@ -5,8 +5,9 @@ it sees the whole experience, where a rollout reward (rollout/rewards/) sees a r
 so the two have registries and names of their own (none is shared). A scorer is a callable (or a
 class built with its kwargs, then called) taking a list of experiences and returning, per experience,
 a dict of components or a Reject (the record goes to the rejected topic with its reason); one that
-has a `scored_by` attribute (`name@version`) gets it recorded in each scored experience's
-`metadata.scored_by`. The model scorers (`reward_model`, `llm_judge`) are in processors/scorers.py.
+has a `scored_by` attribute (`name@version`) gets it added to each scored experience's
+`metadata.scored_by` (a list: one entry per scoring stage). The model scorers (`reward_model`,
+`llm_judge`) are in processors/scorers.py.
 Components are merged into `reward_components`; an unscored experience gets their sum as its reward,
 a scored one gets them added when `add_to_reward` is set (replacing it when `overwrite` is).
 """
@@ -94,6 +95,8 @@ class Score:
         merged = {**exp.reward_components, **{k: float(v) for k, v in components.items()}}
         update = {"reward": reward_value, "reward_components": merged}
         scored_by = getattr(self.scorer, "scored_by", None)
-        if scored_by is not None:
-            update["metadata"] = {**exp.metadata, "scored_by": scored_by}
+        if scored_by is not None:  # a list: each scoring stage adds its own
+            before = exp.metadata.get("scored_by")
+            by = [*(before if isinstance(before, list) else [before] if before else []), scored_by]
+            update["metadata"] = {**exp.metadata, "scored_by": list(dict.fromkeys(by))}
         return exp.model_copy(update=update)

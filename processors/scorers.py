@@ -3,7 +3,7 @@
     pipeline: [clean, {name: score, scorer: {name: reward_model, path: /models/rm}}, reshape]
 
 Each gives one reward component under its `name` per experience, and the `score` stage records
-`metadata.scored_by = name@version` (version: a fingerprint of the model directory, or of the
+`name@version` in `metadata.scored_by` (version: a fingerprint of the model directory, or of the
 endpoint and model, and of the rubric). An experience without a verdict goes to the rejected topic:
 reason `scorer_timeout` (no verdict within `timeout_s`), `scorer_unparsable` (the judge's answer held
 no score), `scorer_error` (the backend failed). The judge's reference answer is `metadata.answer`

@@ -26,7 +26,7 @@ def test_a_reward_model_scores_each_experience_and_records_its_version(rm):
     want = [s.value for s in direct.score([Item("p", "2"), Item("p", "42 it is")])]
     assert [e.reward_components["reward_model"] for e in h.ready] == pytest.approx(want, abs=1e-6)
     assert [e.reward for e in h.ready] == pytest.approx(want, abs=1e-6)  # unscored before: the component is the reward
-    assert {e.metadata["scored_by"] for e in h.ready} == {direct.scored_by}
+    assert [e.metadata["scored_by"] for e in h.ready] == [[direct.scored_by]] * 2
     assert direct.scored_by.startswith("reward_model@")
 
 
@@ -40,7 +40,7 @@ def test_a_judge_that_times_out_or_answers_no_score_sends_the_record_to_rejected
     assert [e.response_text for e in h.ready] == ["42"]
     assert h.ready[0].reward == pytest.approx(0.7)  # "Score: 7" on 0..10, replacing the reward 0
     judge = LLMJudge(base_url=server.base_url, model="judge", verdict="regex")
-    assert h.ready[0].metadata["scored_by"] == judge.scored_by
+    assert h.ready[0].metadata["scored_by"] == [judge.scored_by]
     assert h.reasons() == [("score", "scorer_timeout"), ("score", "scorer_unparsable")]
     assert "no score" in h.out.dropped[1].detail
 
