@@ -54,10 +54,12 @@ WRONG_LOGPROBS = {"Yes": math.log(0.1), "No": math.log(0.9)}
 class JudgeServer:
     """An OpenAI-compatible chat-completions endpoint on localhost, deciding by the prompt's text:
     "42" in it: "Score: 7" (else "Score: 2"); "garbage": an answer with no score; "slow": the answer
-    comes after `slow_s` seconds. `requests` counts the completions asked for."""
+    comes after `slow_s` seconds. `requests` counts the completions asked for; `slow_windows` holds
+    the (start, end) unix times of each slow answer."""
 
     def __init__(self, slow_s: float = 3.0):
         self.requests, self.slow_s = 0, slow_s
+        self.slow_windows: list[tuple[float, float]] = []
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -85,7 +87,9 @@ class JudgeServer:
     def answer(self, body: dict) -> dict:
         prompt = body["messages"][-1]["content"]
         if "slow" in prompt:
+            start = time.time()
             time.sleep(self.slow_s)
+            self.slow_windows.append((start, time.time()))
         right = "42" in prompt
         logprobs = None
         if body.get("logprobs"):
