@@ -63,6 +63,8 @@ class JudgeServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive: the client reuses its connections
+
             def do_POST(self) -> None:  # noqa: N802 — http.server's name
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 server.requests += 1
