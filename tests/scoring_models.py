@@ -18,9 +18,9 @@ def _config(**kw):
     from transformers import GPT2Config
 
     tok = char_tokenizer()
-    return GPT2Config(vocab_size=len(tok), n_positions=512, n_embd=32, n_layer=1, n_head=2, bos_token_id=tok.bos_token_id,
-                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, resid_pdrop=0.0, embd_pdrop=0.0,
-                      attn_pdrop=0.0, **kw)
+    return GPT2Config(vocab_size=len(tok), n_positions=512, n_embd=32, n_layer=1, n_head=2,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **kw)
 
 
 def reward_model_dir(path: Path, num_labels: int = 1, seed: int = 0) -> Path:

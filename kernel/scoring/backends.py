@@ -38,8 +38,8 @@ class TransformersBackend:
     def _encode(self, prompts: list[str]) -> dict[str, Any]:
         tok = self.tokenizer
         if getattr(tok, "chat_template", None):
-            texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
-                     for p in prompts]
+            texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                             add_generation_prompt=True) for p in prompts]
         else:
             texts = prompts
         batch = tok(texts, padding=True, truncation=True, max_length=self.max_length, add_special_tokens=False,

@@ -47,6 +47,7 @@ def test_a_judge_that_times_out_or_answers_no_score_sends_the_record_to_rejected
 
 def test_a_missing_model_directory_fails_the_config_naming_the_field(tmp_path):
     with pytest.raises(ValidationError, match=r"argument path = .*missing"):
-        ProcessorsConfig(pipeline=[{"name": "score", "scorer": {"name": "reward_model", "path": str(tmp_path / "missing")}}])
+        scorer = {"name": "reward_model", "path": str(tmp_path / "missing")}
+        ProcessorsConfig(pipeline=[{"name": "score", "scorer": scorer}])
     with pytest.raises(ValidationError, match=r"path / base_url"):
         ProcessorsConfig(pipeline=[{"name": "score", "scorer": {"name": "llm_judge"}}])

@@ -39,7 +39,8 @@ def test_a_reward_model_and_a_judge_score_through_the_broker_without_stalling_th
     assert [(r.stage, r.reason, r.record_id) for r in rejected] == [("score", "scorer_unparsable", "g11/0")]
     assert sorted(e.response_text for e in ready) == sorted(texts[:-1])
     rm_scores = RewardModelScorer(path=rm).score
-    by = [RewardModelScorer(path=rm).scored_by, LLMJudge(base_url=server.base_url, model="judge", verdict="regex").scored_by]
+    judged_by = LLMJudge(base_url=server.base_url, model="judge", verdict="regex").scored_by
+    by = [RewardModelScorer(path=rm).scored_by, judged_by]
     for e in ready:
         # The judge server says "Score: 7" for a "42" in the prompt, else "Score: 2" (scale 0..10).
         assert e.reward_components["llm_judge"] == pytest.approx(0.7 if "42" in e.response_text else 0.2)
