@@ -118,10 +118,11 @@ def _check_kwargs(kind: str, name: str, obj: Any, kwargs: dict[str, Any]) -> Non
 
 
 def _annotations(target: Any) -> dict[str, Any]:
-    """The parameters' annotations as types; none where they do not resolve (a name imported only
-    for type checkers): such an argument is checked by the component when it is built."""
+    """The parameters' annotations as types, constraints included (a `DirectoryPath` must name a
+    directory); none where they do not resolve (a name imported only for type checkers): such an
+    argument is checked by the component when it is built."""
     try:
-        return {k: v for k, v in typing.get_type_hints(target).items() if k != "return"}
+        return {k: v for k, v in typing.get_type_hints(target, include_extras=True).items() if k != "return"}
     except Exception:  # noqa: BLE001 — any unresolvable annotation: no types to check
         return {}
 

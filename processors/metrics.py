@@ -36,13 +36,14 @@ class PipelineStats:
         self.stage(name).dropped[reason] += n
 
     def values(self) -> dict[str, float]:
-        """Flat names for a MetricEvent: `<stage>.in`, `.out`, `.dropped.<reason>`, `.latency_ms`."""
+        """Flat names for a MetricEvent: `<stage>.in`, `.out`, `.dropped.<reason>`, `.latency_ms`.
+        Safe while a batch runs on the job thread: each dict is copied whole (one step under the GIL)."""
         out: dict[str, float] = dict(self.gauges)
-        for name, s in self.stages.items():
+        for name, s in list(self.stages.items()):
             out[f"{name}.in"] = float(s.records_in)
             out[f"{name}.out"] = float(s.records_out)
             out[f"{name}.dropped"] = float(sum(s.dropped.values()))
-            for reason, n in s.dropped.items():
+            for reason, n in list(s.dropped.items()):
                 out[f"{name}.dropped.{reason}"] = float(n)
             # Mean time per record through this stage, so batched and single calls compare.
             out[f"{name}.latency_ms"] = 1000.0 * s.seconds / max(s.records_in, 1)

@@ -2,10 +2,14 @@
 
 A stream score is `fn(exp: Experience, **kwargs) -> dict[str, float]` (named reward components):
 it sees the whole experience, where a rollout reward (rollout/rewards/) sees a response and its task,
-so the two have registries and names of their own (none is shared). A scorer is a callable (or a class built with its kwargs, then called) taking a list of experiences
-and returning one dict of components per experience. Components are merged into
-`reward_components`; an unscored experience gets their sum as its reward, a scored one gets them
-added when `add_to_reward` is set.
+so the two have registries and names of their own (none is shared). A scorer is a callable (or a
+class built with its kwargs, then called) taking a list of experiences and returning, per experience,
+a dict of components or a Reject (the record goes to the rejected topic with its reason); one that
+has a `scored_by` attribute (`name@version`) gets it added to each scored experience's
+`metadata.scored_by` (a list: one entry per scoring stage). The model scorers (`reward_model`,
+`llm_judge`) are in processors/scorers.py.
+Components are merged into `reward_components`; an unscored experience gets their sum as its reward,
+a scored one gets them added when `add_to_reward` is set (replacing it when `overwrite` is).
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ class Score:
 
     def process_batch(self, exps: list[Experience]) -> list[Experience | Reject]:
         components = [self._rewards(exp) for exp in exps]
+        verdicts: list[Reject | None] = [None] * len(exps)
         if self.scorer is not None:
             for start in range(0, len(exps), self.batch_size):
                 chunk = exps[start:start + self.batch_size]
@@ -67,8 +72,11 @@ class Score:
                 if len(scored) != len(chunk):
                     raise RuntimeError(f"scorer returned {len(scored)} results for {len(chunk)} experiences")
                 for i, extra in enumerate(scored):
-                    components[start + i].update(extra)
-        return [self._apply(exp, c) for exp, c in zip(exps, components)]
+                    if isinstance(extra, Reject):
+                        verdicts[start + i] = extra
+                    else:
+                        components[start + i].update(extra)
+        return [v or self._apply(exp, c) for exp, c, v in zip(exps, components, verdicts)]
 
     def _rewards(self, exp: Experience) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -85,4 +93,10 @@ class Score:
         else:
             reward_value = exp.reward + total if self.add_to_reward else exp.reward
         merged = {**exp.reward_components, **{k: float(v) for k, v in components.items()}}
-        return exp.model_copy(update={"reward": reward_value, "reward_components": merged})
+        update = {"reward": reward_value, "reward_components": merged}
+        scored_by = getattr(self.scorer, "scored_by", None)
+        if scored_by is not None:  # a list: each scoring stage adds its own
+            before = exp.metadata.get("scored_by")
+            by = [*(before if isinstance(before, list) else [before] if before else []), scored_by]
+            update["metadata"] = {**exp.metadata, "scored_by": list(dict.fromkeys(by))}
+        return exp.model_copy(update=update)

@@ -22,6 +22,7 @@ from undertow.rollout.config import RolloutConfig, rollout_group
 from undertow.rollout.engines import build_engine
 from undertow.rollout.experiences import to_experiences
 from undertow.rollout.rewards import build_reward
+from undertow.rollout.rewards.models import NoVerdict
 from undertow.rollout.weight_subscriber import WeightSubscriber
 from undertow.rollout.workflows import Outcome, WorkflowContext, build_batch_workflow
 
@@ -178,7 +179,8 @@ class RolloutWorker:
         except Exception as e:  # a bad task or a failing plugin
             log.error("%s: task %s failed", self.name, task.task_id, exc_info=e)
             self.stats.failed_tasks += 1
-            self.producer.reject(self.topics.rejected, stage="rollout", reason="workflow_error",
+            # A model reward with no verdict names why (scorer_timeout, ...): rollout/rewards/models.py.
+            self.producer.reject(self.topics.rejected, stage="rollout", reason=_reason(e),
                                  detail=f"{type(e).__name__}: {e}", original=encode(task), key=delivery.key,
                                  source_topic=delivery.topic, partition=delivery.partition,
                                  offset=delivery.offset, record_id=task.task_id)
@@ -215,3 +217,8 @@ def next_offsets(deliveries: list[Delivery[Task]]) -> dict[tuple[str, int], int]
     for d in deliveries:
         offsets[(d.topic, d.partition)] = max(d.offset + 1, offsets.get((d.topic, d.partition), 0))
     return offsets
+
+
+def _reason(error: Exception) -> str:
+    """The rejected record's reason for a task that failed with `error`."""
+    return error.reason if isinstance(error, NoVerdict) else "workflow_error"

@@ -1,7 +1,12 @@
-"""Keyed state for a Faust agent in a Faust table: local data, changelogged to the record's partition."""
+"""Keyed state for a Faust agent in a Faust table: local data, changelogged to the record's partition.
+
+The job that writes it runs on a thread of its own (worker.py's JobThread), while Faust's producer
+belongs to the event loop: a changelog write made off the loop is handed to the loop, in order.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from functools import lru_cache
 from typing import Any, Iterator
 
@@ -14,6 +19,7 @@ class TableStore:
 
     def __init__(self, table: Any, partitions: int):
         self.table, self.partitions = table, partitions
+        self.loop: asyncio.AbstractEventLoop | None = None  # set by the worker: changelog sends go through it
         self.partition_of = lru_cache(maxsize=1 << 16)(self._partition_of)
 
     def _partition_of(self, route: bytes) -> int:
@@ -24,11 +30,19 @@ class TableStore:
 
     def put(self, key: bytes, value: bytes, route: bytes) -> None:
         self.table.data[key] = value
-        self.table.send_changelog(self.partition_of(route), key, value, key_serializer="raw", value_serializer="raw")
+        self._changelog(self.partition_of(route), key, value)
 
     def delete(self, key: bytes, route: bytes) -> None:
         self.table.data.pop(key, None)
-        self.table.send_changelog(self.partition_of(route), key, None, key_serializer="raw", value_serializer="raw")
+        self._changelog(self.partition_of(route), key, None)
+
+    def _changelog(self, partition: int, key: bytes, value: bytes | None) -> None:
+        send = self.table.send_changelog
+        kw = {"key_serializer": "raw", "value_serializer": "raw"}
+        if self.loop is None:
+            send(partition, key, value, **kw)
+        else:  # FIFO on the loop: these run before the batch's own sends, which await the job's return
+            self.loop.call_soon_threadsafe(lambda: send(partition, key, value, **kw))
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         return iter(list(self.table.data.items()))

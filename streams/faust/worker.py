@@ -1,8 +1,10 @@
 """A Faust worker that runs a plain job on batches of one source topic.
 
 The job (`WorkerJob`) knows no Faust: it takes decoded records in offset order and returns what to
-send (`Send`, `DeadLetter`). The worker does the rest: decoding, keyed state in changelogged
-tables, the in-order book and its commits (books.py), the delivery watch (delivery.py), the
+send (`Send`, `DeadLetter`). Its calls run one at a time on a thread of their own (`JobThread`), not
+on the event loop: a batch that takes seconds (a reward model, an LLM judge) leaves the loop free for
+heartbeats, fetches, timers and acknowledgements. The worker does the rest: decoding, keyed state in
+changelogged tables, the in-order book and its commits (books.py), the delivery watch (delivery.py), the
 watchdog (watchdog.py), the timers, and sending, where a batch's source offsets are committed only
 once the broker has acknowledged everything the batch sent.
 """
@@ -14,6 +16,7 @@ import logging
 import os
 import signal
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
@@ -77,7 +80,7 @@ class WorkerJob(Protocol):
 
     def handle(self, batch: list[SourceRecord]) -> Outputs: ...
     def tick(self) -> Outputs: ...
-    def metrics(self) -> MetricEvent: ...
+    def metrics(self) -> MetricEvent: ...  # called on the loop, maybe during a batch: it only reads
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,23 @@ class WorkerPlan:
     stall_timeout_s: float  # the watchdog's limit on start-up and on each batch or tick
     resync_after_s: float  # the delivery watch's limit on a worker offered nothing and handling nothing
     idle_exit_s: float | None = None  # stop after this long without a record; None: run until SIGTERM
+
+
+class JobThread:
+    """Calls into the job, one at a time and in order, on a single thread beside the event loop.
+
+    One thread keeps the job single-threaded as it was on the loop (its state needs no locks); the
+    stores' changelog writes go back to the loop (tables.py), where Faust's producer lives."""
+
+    def __init__(self, stores: list[TableStore]):
+        self.stores = stores
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="job")
+
+    async def __call__(self, fn: Callable[..., Any], *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        for store in self.stores:
+            store.loop = loop
+        return await loop.run_in_executor(self.pool, fn, *args)
 
 
 def fetch_bytes_per_partition(partitions: int) -> int:
@@ -122,6 +142,7 @@ def build_worker_app(plan: WorkerPlan, kafka: KafkaSettings,
     tables = {name: app.Table(name, key_type=bytes, value_type=bytes, partitions=partitions) for name in plan.tables}
     stores = {name: TableStore(table, partitions) for name, table in tables.items()}
     job = start(stores.__getitem__)
+    call = JobThread(list(stores.values()))
     last_record, undecodable = time.monotonic(), 0
     watchdog = Watchdog(plan.stall_timeout_s).start()
     books = InOrder()
@@ -131,7 +152,7 @@ def build_worker_app(plan: WorkerPlan, kafka: KafkaSettings,
     app.transport.Consumer = booked_consumer(books, plan.source, watch)  # before the worker creates its consumer
 
     async def report() -> None:
-        event = job.metrics()
+        event = job.metrics()  # not behind a slow batch: the metrics show a worker at work
         event.values[f"{DECODE}.dropped"] = float(undecodable)
         await io.send(plan.topics.metrics, event, key=event.component)
 
@@ -162,13 +183,13 @@ def build_worker_app(plan: WorkerPlan, kafka: KafkaSettings,
                         m = event.message
                         batch.append(SourceRecord(record, m.partition, m.offset, m.value))
                 last_record = time.monotonic()
-                await send_all(io, plan.source, job.handle(batch))
+                await send_all(io, plan.source, await call(job.handle, batch))
                 books.published()
 
     @app.timer(plan.tick_every_s)
     async def tick() -> None:
         with watchdog.busy("a tick"):
-            await send_all(io, plan.source, job.tick())
+            await send_all(io, plan.source, await call(job.tick))
         if plan.idle_exit_s is not None and time.monotonic() - last_record > plan.idle_exit_s:
             await report()
             os.kill(os.getpid(), signal.SIGTERM)  # the worker's own handler shuts down cleanly
