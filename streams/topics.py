@@ -38,6 +38,8 @@ CATALOG: tuple[TopicSpec, ...] = (
     TopicSpec("experiences.raw", "group id", "rollout → processors; a prompt group shares a partition", 4, FOREVER),
     TopicSpec("experiences.ready", "group id", "processors → trainer; retained for replay", 4, FOREVER),
     TopicSpec("experiences.rejected", "experience id", "every dropped record, with stage and reason", 1, FOREVER),
+    TopicSpec("experiences.expert", "experience id",
+              "undertow load --to expert → trainer: demonstrations mixed into RL steps (trainer.mixing)", 1, FOREVER),
     # One partition keeps a version's records in order. Compacted: announcements are keyed by model,
     # inline chunks by model and index, so what stays is the newest version (a late worker reads little).
     TopicSpec("weights", "model name (inline chunks: model#index)",
@@ -73,6 +75,7 @@ class Topics:
     raw = property(lambda self: self._name("experiences.raw"))
     ready = property(lambda self: self._name("experiences.ready"))
     rejected = property(lambda self: self._name("experiences.rejected"))
+    expert = property(lambda self: self._name("experiences.expert"))
     weights = property(lambda self: self._name("weights"))
     task_stats = property(lambda self: self._name("task-stats"))
     metrics = property(lambda self: self._name("metrics"))

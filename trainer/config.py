@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from undertow.kernel.registry import checked_entry
+from undertow.schemas import Experience
 from undertow.streams.weights import WeightsConfig
 
 from .algorithms import advantage_transforms, aggregations, kl_estimators, policy_losses, preference_losses
@@ -126,6 +127,18 @@ class AlgorithmConfig(_Section):
     _check_pref = field_validator("preference_loss")(lambda cls, v: checked_entry(preference_losses, v))
 
 
+class MixingConfig(_Section):
+    """CHORD (Zhang et al. 2025): expert demonstrations from `<namespace>.experiences.expert` mixed into
+    every RL step, L = (1 − μ) L_RL + μ L_SFT, μ warmed up to its peak then cosine-decayed to its valley."""
+
+    expert_per_step: int = Field(ge=1, description="expert experiences added to each step (when the topic has them)")
+    mu_peak: float = Field(0.1, ge=0, le=1, description="μ at the end of the warm-up")
+    mu_valley: float = Field(0.1, ge=0, le=1, description="μ after the decay")
+    mu_warmup_steps: int = Field(0, ge=0, description="steps of linear rise of μ from 0 to mu_peak")
+    mu_decay_steps: int = Field(0, ge=0, description="steps of cosine decay from mu_peak to mu_valley (0: none)")
+    phi: bool = Field(True, description="CHORD-φ: weigh each expert token's −log p by φ = p(1 − p), detached")
+
+
 class LoraConfig(_Section):
     """LoRA adapters (peft): only they train; the KL reference is the base with adapters off."""
 
@@ -148,6 +161,7 @@ class TrainerConfig(_Section):
     ppo_epochs: int = Field(1, ge=1, description="passes over a step's batch (proximal policy: the step's start)")
     gradient_checkpointing: bool = Field(False, description="recompute activations in backward (less memory)")
     lora: LoraConfig | None = Field(None, description="train LoRA adapters only and publish adapter-only updates")
+    mixing: MixingConfig | None = Field(None, description="mix expert demonstrations into RL steps (CHORD)")
     sync_every: int = Field(1, ge=1, description="publish weights every this many steps (and at the end)")
     weights: WeightsConfig = Field(default_factory=WeightsConfig, description="how weights reach the workers")
     checkpoint_dir: str = Field("~/.undertow/trainer", description="checkpoints go to <checkpoint_dir>/<namespace>")
@@ -155,6 +169,18 @@ class TrainerConfig(_Section):
     keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept on disk")
     consumer_group: str = Field("undertow-trainer", description="Kafka consumer group (offset commits)")
     poll_timeout_ms: int = Field(200, ge=1, description="longest wait for data per poll")
+
+    @model_validator(mode="after")
+    def _mixing_mixes_into_experiences(self) -> "TrainerConfig":
+        if self.mixing is None:
+            return self
+        if objectives.get(self.algorithm.objective).record_type is not Experience:
+            raise ValueError(f"mixing: mixes demonstrations into steps on experiences; the objective "
+                             f"{self.algorithm.objective!r} trains on other records")
+        if self.algorithm.advantage_transform is not None:
+            raise ValueError("mixing: an advantage_transform's once-per-step pass does not yet separate the "
+                             "expert records; use one or the other")
+        return self
 
     @model_validator(mode="after")
     def _mini_batches_fit(self) -> "TrainerConfig":

@@ -41,14 +41,14 @@ class ResumePoint:
 
 
 class ReadyIntake:
-    """Rank 0's reader of the ready topic: batches of whole groups, offsets committed only behind
-    what was trained or refused."""
+    """Rank 0's reader of the ready topic (or of `topic`): batches of whole groups, offsets committed
+    only behind what was trained or refused."""
 
     def __init__(self, settings: KafkaSettings, topics: Topics, cfg: BatchingConfig, *, group_id: str,
                  record_type: type[Record], checks_staleness: bool, producer: RecordProducer,
                  start: dict[tuple[str, int], int], trained_ids: list[str], seed: int = 0,
-                 tokenizer: str | None = None):
-        self.cfg, self.topics, self.producer = cfg, topics, producer
+                 tokenizer: str | None = None, topic: str | None = None):
+        self.cfg, self.topics, self.producer, self.consumer_group = cfg, topics, producer, group_id
         self.checks_staleness, self.tokenizer = checks_staleness, tokenizer
         self.consumer = RecordConsumer(settings, [], group_id=group_id, expect=record_type,
                                        rejected_topic=topics.rejected, producer=producer, stage=STAGE)
@@ -57,7 +57,8 @@ class ReadyIntake:
         self.window = Window(cfg.window_groups, cfg.prioritized, seed)
         self.counts = IntakeCounts()
         # The checkpoint's offsets, else the group's committed ones, else the beginning.
-        self.offsets = OffsetTracker(self.consumer.assign(topics.ready, start))
+        self.topic = topic or topics.ready  # another: the expert demonstrations mixed into RL steps
+        self.offsets = OffsetTracker(self.consumer.assign(self.topic, start))
         self.last_arrival = time.monotonic()
 
     def fill(self, version: int, timeout_ms: int) -> int:

@@ -16,17 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from undertow.kernel.models import ModelSpec, build_tokenizer, fingerprint
-from undertow.schemas import MetricEvent
+from undertow.schemas import Experience, MetricEvent
 from undertow.streams import KafkaSettings, RecordProducer, RunContext, Topics
 from undertow.streams.weights import Sending, build_sender
 
 from .checkpoint import Ledger, PartitionOffset, TrainerState, load_checkpoint, save_checkpoint
-from .config import TrainerConfig
+from .config import BatchingConfig, TrainerConfig
 from .engine import Process, build_training_engine, build_reference, gathered_weights, setup_process
 from .ready_intake import ReadyIntake
+from .objectives.chord import ChordObjective, as_expert
 from .objectives import Objective, objectives
 from .relay import Command, broadcast
-from .groups import record_id
+from .groups import Item, record_id
 from .step import TrainStepResult, StepShape, train_step
 
 COMPONENT = "trainer"
@@ -73,6 +74,12 @@ class Leader:
                          record_type=objective.record_type, checks_staleness=objective.checks_staleness and not shadow,
                          producer=self.producer, start=state.offset_map(), trained_ids=state.trained_ids,
                          seed=cfg.engine.seed, tokenizer=tokenizer)
+        # CHORD's demonstrations: a second intake on the expert topic, in the same group and checkpoint.
+        self.expert = None if cfg.mixing is None else ReadyIntake(
+            kafka, topics, BatchingConfig(experiences=cfg.mixing.expert_per_step, max_wait_s=0.0),
+            group_id=self.intake.consumer_group, record_type=Experience, checks_staleness=False,
+            producer=self.producer, start=state.offset_map(), trained_ids=state.trained_ids,
+            seed=cfg.engine.seed, tokenizer=tokenizer, topic=topics.expert)
         self.ledger = Ledger(root)
         self.ledger.rewind(state.step)
         self.wait_s = 0.0
@@ -89,30 +96,50 @@ class Leader:
             batch = self.intake.next_batch(step, self.cfg.batching.max_wait_s)
             self.wait_s += time.monotonic() - started
             if batch:
-                self.pending = batch
+                demonstrations = self._demonstrations(step)
+                self.pending = batch + demonstrations
                 after = step + 1
-                return Command([i.record for i in batch], publish=after % self.cfg.sync_every == 0,
+                return Command([i.record for i in batch] + [as_expert(i.record) for i in demonstrations],
+                               publish=after % self.cfg.sync_every == 0,
                                checkpoint=after % self.cfg.checkpoint_every == 0)
             if budget.idle_timeout_s is not None and time.monotonic() - self.last_data >= budget.idle_timeout_s:
                 break
         self.pending = []
         return Command([], publish=self.state.published_version != step, checkpoint=True, stop=True)
 
+    def _demonstrations(self, step: int) -> list[Item]:
+        """Up to `mixing.expert_per_step` demonstrations for the step, what the expert topic has now."""
+        if self.expert is None:
+            return []
+        if len(self.expert.window) < self.expert.cfg.experiences:
+            self.expert.fill(step, self.cfg.poll_timeout_ms)
+        return self.expert.next_batch(step, 0.0) or []
+
+    def intakes(self) -> list[ReadyIntake]:
+        return [self.intake] + ([self.expert] if self.expert is not None else [])
+
     def after_step(self, result: TrainStepResult) -> None:
         """Book the step that just ran (`state.step` already counts it when it changed the weights)."""
         untrained = {record_id(r) for r in result.untrained}
-        refused = [i for i in self.pending if i.record_id in untrained]
-        items = [i for i in self.pending if i.record_id not in untrained]
-        if refused:
-            self.intake.refused(refused, "non_finite", "no update of the step had a finite loss and gradient")
         step = self.state.step
-        if items:
-            self.intake.trained_on(items)
-            self.ledger.append(step, [i.record_id for i in items])
+        trained: list[Item] = []
+        for intake in self.intakes():
+            mine = [i for i in self.pending if i.partition[0] == intake.topic]
+            refused = [i for i in mine if i.record_id in untrained]
+            if refused:
+                intake.refused(refused, "non_finite", "no update of the step had a finite loss and gradient")
+            items = [i for i in mine if i.record_id not in untrained]
+            intake.trained_on(items)
+            trained += items
+        if trained:
+            self.ledger.append(step, [i.record_id for i in trained])
         # A skipped (non-finite) update's loss is inf or NaN: metric events carry finite numbers only,
         # and `skipped_updates` already says what happened.
-        values = {**result.metrics, **self.intake.step_metrics(items, step), "wait_s": self.wait_s,
+        usual = [i for i in trained if i.partition[0] == self.intake.topic]
+        values = {**result.metrics, **self.intake.step_metrics(usual, step), "wait_s": self.wait_s,
                   "version": float(step)}
+        if self.expert is not None:
+            values["expert_records"] = float(len(trained) - len(usual))
         values = {k: v for k, v in values.items() if math.isfinite(v)}
         component = self.topics.component(COMPONENT)
         self.producer.send(self.topics.metrics, MetricEvent(component=component, values=values, step=step),
@@ -125,14 +152,20 @@ class Leader:
 
     def snapshot(self) -> TrainerState:
         """The state a checkpoint of the current step records (offsets safe to resume from)."""
-        resume = self.intake.resume_point()
-        self.state.offsets = [PartitionOffset(topic=t, partition=p, offset=o) for (t, p), o in resume.offsets.items()]
-        self.state.trained_ids = resume.trained_ids
+        points = [intake.resume_point() for intake in self.intakes()]
+        self.state.offsets = [PartitionOffset(topic=t, partition=p, offset=o)
+                              for point in points for (t, p), o in point.offsets.items()]
+        self.state.trained_ids = [i for point in points for i in point.trained_ids]
         return self.state
+
+    def commit(self) -> None:
+        for intake in self.intakes():
+            intake.commit()
 
     def close(self) -> None:
         self.sender.close()  # the last version is out before the producer goes
-        self.intake.close()
+        for intake in self.intakes():
+            intake.close()
         self.producer.flush()
         self.producer.close()
 
@@ -145,6 +178,8 @@ def run(cfg: TrainerConfig, context: RunContext, budget: Budget, stop: StopFlag 
     stop.install()
     process = setup_process(cfg.engine.master_port)
     objective = objectives.get(cfg.algorithm.objective)(cfg.algorithm)
+    if cfg.mixing is not None:
+        objective = ChordObjective(objective, cfg.mixing, cfg.algorithm.temperature)
     engine = build_training_engine(spec, cfg.engine, process, gradient_checkpointing=cfg.gradient_checkpointing,
                                    lora=cfg.lora)
     ref_model = build_reference(spec, process, engine) if objective.needs_reference else None
@@ -174,6 +209,8 @@ def _loop(engine: Any, objective: Objective, ref_model: Any, cfg: TrainerConfig,
         command = broadcast(leader.next_command(stop, budget) if leader else None,
                             leader=process.is_leader, world_size=process.world_size)
         if command.records:
+            if hasattr(objective, "begin_step"):  # a schedule over steps (CHORD's μ), the same on every rank
+                objective.begin_step(state.step)
             result = train_step(engine, objective, command.records, ref_model, process, pad_id=pad_id, shape=shape)
             if result.metrics["updates"]:  # a step none of whose updates applied leaves the version
                 state.step += 1
@@ -185,7 +222,7 @@ def _loop(engine: Any, objective: Objective, ref_model: Any, cfg: TrainerConfig,
             snapshot = leader.snapshot() if leader else state
             save_checkpoint(engine, root, snapshot, leader=process.is_leader, keep=cfg.keep_checkpoints)
             if leader:
-                leader.intake.commit()
+                leader.commit()
         if command.stop:
             return
 
