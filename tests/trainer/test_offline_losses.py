@@ -131,3 +131,75 @@ def test_simpo_and_orpo_objectives_match_independent_log_probs():
     assert orpo.loss.item() == pytest.approx(want, rel=1e-5)
     assert not objectives.get("simpo")(AlgorithmConfig()).needs_reference
     assert not objectives.get("orpo")(AlgorithmConfig()).needs_reference
+
+
+def varied_pairs(n: int = 6, seed: int = 0) -> list[PreferencePair]:
+    import random
+
+    rng = random.Random(seed)
+    tokens = lambda lo, hi: [rng.randrange(4, 60) for _ in range(rng.randint(lo, hi))]
+    return [PreferencePair(pair_id=f"p{i}", task_id=f"t{i}", prompt_tokens=tokens(2, 6), chosen_tokens=tokens(1, 7),
+                           rejected_tokens=tokens(1, 7)) for i in range(n)]
+
+
+def _double(batch):
+    batch.sequences.mask = batch.sequences.mask.double()
+    return batch
+
+
+def policy():
+    """A policy other than the reference (seed 0), on whose mismatched pairs the KL estimate is positive."""
+    return build_model(SPEC.model_copy(update={"seed": 1})).double()
+
+
+def grads(model) -> dict[str, torch.Tensor]:
+    return {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("name", ["dpo", "kto", "simpo", "orpo"])
+def test_micro_batches_and_ranks_add_up_to_the_one_pass_in_fp64(name):
+    from undertow.trainer.step import StepShape, Tally, accumulate, plan
+
+    records, ref = varied_pairs(), build_model(SPEC).double()
+    objective = objectives.get(name)(AlgorithmConfig(objective=name, kto={"beta": 0.5}))
+    one = policy()
+    whole = objective.loss(one, _double(objective.collate(records, pad_id=0, pad_to_multiple=1)), ref,
+                           objective.totals(records))
+    whole.loss.backward()
+    expected = grads(one)
+    shape = StepShape(micro_batch_tokens=24, pad_to_multiple=1)
+    assert len(plan(records, objective, shape, 0, 1)[0].micro) >= 3
+    for world in (1, 2):
+        loss, per_rank = 0.0, []
+        for rank in range(world):
+            model = policy()
+            (update,) = plan(records, objective, shape, rank, world)
+            batches = [_double(objective.collate(m or records[:1], pad_id=0, pad_to_multiple=1)) for m in update.micro]
+            tally = Tally()
+            accumulate(model, objective, update, batches, ref, world, lambda loss: loss.backward(), tally)
+            loss += tally.parts["loss"]
+            per_rank.append(grads(model))
+        assert loss == pytest.approx(whole.loss.item(), abs=1e-9), world
+        for k in expected:
+            torch.testing.assert_close(sum(g[k] for g in per_rank) / world, expected[k], atol=1e-9, rtol=1e-6)
+
+
+def test_kto_takes_z0_from_the_whole_update_and_again_on_each_pass():
+    records, ref = varied_pairs(), build_model(SPEC).double()
+    kto = objectives.get("kto")(AlgorithmConfig(objective="kto"))
+    model = policy()
+    batch = lambda rs: _double(kto.collate(rs, pad_id=0, pad_to_multiple=1))
+    whole = kto.loss(model, batch(records), ref, kto.totals(records)).metrics["kl"]
+    halves = [kto.loss(model, batch(h), ref, kto.totals(h)).metrics["kl"] for h in (records[:3], records[3:])]
+    # The seed-1 policy against the seed-0 reference makes the update's z0 positive and each half's different: had z0 been taken
+    # per micro-batch, the sums above would not match.
+    assert whole > 0 and len({round(whole, 9), *(round(h, 9) for h in halves)}) == 3
+    totals, first = kto.totals(records), batch(records[:3])
+    second = batch(records[3:])
+    z = [kto.loss(model, b, ref, totals).metrics["kl"] for b in (first, second)]
+    assert z == [pytest.approx(whole, abs=1e-12)] * 2
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(1.01)  # the optimizer stepped: the next pass over the same batches needs a new z0
+    again = kto.loss(model, first, ref, totals).metrics["kl"]
+    assert again != pytest.approx(whole, abs=1e-6)
