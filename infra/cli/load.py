@@ -269,7 +269,7 @@ def load(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="R
             parsed = parse(file, record_type, Encoder(build_tokenizer(context.model), cfg.rollout.chat_template))
         topics = Topics(context.namespace)
         for line in parsed.report(file)[:SHOWN]:
-            console.print(line, highlight=False, markup=False)
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
         if parsed.bad and not skip_bad:
             more = f" ({len(parsed.bad) - SHOWN} more not shown)" if len(parsed.bad) > SHOWN else ""
             raise ValueError(f"{len(parsed.bad)} bad row(s) in {file.name}{more}; nothing was sent. Fix them, or "
@@ -282,7 +282,7 @@ def load(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="R
             send(producer, topics, records, parsed.bad, file)
         kind = "pairs" if record_type is PreferencePair else "conversations"
         console.print(f"loaded {len(records)} {kind} ({len(parsed.records)} rows × {epochs} epochs) to {topics.ready}"
-                      + (f"; {len(parsed.bad)} bad rows to {topics.rejected}" if parsed.bad else ""))
+                      + (f"; {len(parsed.bad)} bad rows to {topics.rejected}" if parsed.bad else ""), soft_wrap=True)
     if train:
         from undertow.infra.cli.trainer import train as train_command
 

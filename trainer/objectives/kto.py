@@ -102,5 +102,7 @@ class KTOObjective(PairObjective):
         out = kto_loss(logratio[:n], logratio[n:], z0, beta=self.beta, desirable_weight=self.weights[0],
                        undesirable_weight=self.weights[1])
         loss = out.losses.sum() / (2 * totals.sequences)  # the mean over the update's 2P examples
-        metrics = {"kl": out.z0, "reward_margin": out.reward_margin, "preference_accuracy": out.accuracy}
+        r = logratio.detach()
+        metrics = {"kl": out.z0, "reward_margin": out.reward_margin, "preference_accuracy": out.accuracy,
+                   "chosen_reward": r[:n].mean().item(), "rejected_reward": r[n:].mean().item()}
         return StepLoss(loss, metrics, {"loss": loss.item()})
