@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from undertow.infra.cli import app
 from undertow.schemas import MetricEvent, PreferencePair, Rejected
-from undertow.streams import Topics, create_topics
+from undertow.streams import Topics
 
 from tests.helpers import read_all, start_cli, write_config
 
@@ -59,3 +59,26 @@ def test_dpo_and_kto_train_on_a_pairs_file_with_one_command_each(kafka, namespac
     # it, the rejected ones' below (runs here: (chosen, z0, rejected) = (2.91, 1.58, 0.25), (3.52, 1.31, −0.91)).
     kto = trainer_metrics(kafka, f"{namespace}-kto")
     assert all(s["chosen_reward"] > max(s["kl"], 0.5) and s["rejected_reward"] < s["kl"] for s in kto[-2:]), kto
+
+
+def test_bad_rows_refuse_the_file_or_go_to_the_rejected_topic_by_line(kafka, namespace, tmp_path: Path):
+    data = tmp_path / "mixed.jsonl"
+    data.write_text('{"prompt": "1+2=", "chosen": "3", "rejected": "no"}\n{"prompt": "2+2=", "chosen": "4"}\n'
+                    'oops\n{"prompt": "3+3=", "chosen": "6", "rejected": "no"}\n')
+    config = write_config(tmp_path / "dpo.yaml", namespace, trainer={"algorithm": {"objective": "dpo"}})
+    topics = Topics(namespace)
+    invoke = lambda *extra: CliRunner().invoke(app, ["load", str(config), str(data), *extra])
+
+    refused = invoke()
+    assert refused.exit_code == 2, refused.output
+    assert "mixed.jsonl:2: missing rejected" in refused.output and "mixed.jsonl:3: not JSON" in refused.output
+    assert "2 bad row(s) in mixed.jsonl; nothing was sent" in refused.output
+    assert read_all(kafka, topics.ready) == [] and read_all(kafka, topics.rejected) == []
+
+    sent = invoke("--skip-bad")
+    assert sent.exit_code == 0, sent.output
+    pairs = read_all(kafka, topics.ready, expect=PreferencePair)
+    assert sorted(p.metadata["source"] for p in pairs) == ["mixed.jsonl:1", "mixed.jsonl:4"]
+    rejected = sorted(read_all(kafka, topics.rejected, expect=Rejected), key=lambda r: r.record_id)
+    assert [(r.stage, r.reason, r.record_id) for r in rejected] == [("load", "invalid", "mixed:2"), ("load", "invalid", "mixed:3")]
+    assert rejected[1].original == b"oops" and rejected[1].detail.startswith("mixed.jsonl:3: not JSON")
