@@ -106,6 +106,8 @@ class KTOConfig(_Section):
     beta: float = Field(0.1, gt=0, description="β: the scale of the log-ratio reward inside σ")
     desirable_weight: float = Field(1.0, gt=0, description="λ_D: the weight of desirable (chosen) examples")
     undesirable_weight: float = Field(1.0, gt=0, description="λ_U: the weight of undesirable (rejected) examples")
+    kl_chunk: int = Field(16, ge=1, description="mismatched sequences per no-grad forward of z0's estimate (memory; "
+                                                "a count, not the micro-batch's, so that every rank runs as many)")
 
 
 class SimPOConfig(_Section):

@@ -194,6 +194,9 @@ def test_kto_takes_z0_from_the_whole_update_and_again_on_each_pass():
     # The seed-1 policy against the seed-0 reference makes the update's z0 positive and each half's different: had z0 been taken
     # per micro-batch, the sums above would not match.
     assert whole > 0 and len({round(whole, 9), *(round(h, 9) for h in halves)}) == 3
+    chunked = objectives.get("kto")(AlgorithmConfig(objective="kto", kto={"kl_chunk": 5}))  # 12 sequences: 3 forwards
+    records_batch = _double(chunked.collate(records, pad_id=0, pad_to_multiple=1))
+    assert chunked.loss(model, records_batch, ref, chunked.totals(records)).metrics["kl"] == pytest.approx(whole, abs=1e-9)
     totals, first = kto.totals(records), batch(records[:3])
     second = batch(records[3:])
     z = [kto.loss(model, b, ref, totals).metrics["kl"] for b in (first, second)]

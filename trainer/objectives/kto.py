@@ -4,9 +4,9 @@ chosen answer) and an undesirable one (the rejected answer), weighed λ_D and λ
 z0, the reference point, is a batch statistic: estimated once per optimizer update over the whole
 update's records (every rank's share: every rank holds the whole batch), never per micro-batch, so
 that the micro-batches' losses add up exactly to the loss of the update in one pass. The update's
-records travel in its totals (`KTOTotals`); the first micro-batch of a pass computes z0 with one
-no-grad forward of the policy and the reference over the 2P mismatched sequences (in chunks as
-large as that micro-batch) and the rest reuse it. A batch seen again means a new pass over the
+records travel in its totals (`KTOTotals`); the first micro-batch of a pass computes z0 with
+no-grad forwards of the policy and the reference over the 2P mismatched sequences (`kto.kl_chunk`
+at a time: the same number of forwards on every rank, as ZeRO-3 needs) and the rest reuse it. A batch seen again means a new pass over the
 update (another PPO epoch, with new weights): z0 is computed again. Every rank computes the same z0
 from the same records: world_size times the work of TRL's gathered mean, and no collective.
 
@@ -56,6 +56,7 @@ class KTOObjective(PairObjective):
     def __init__(self, algo: "AlgorithmConfig"):
         kto = algo.kto
         self.beta, self.weights, self.temperature = kto.beta, (kto.desirable_weight, kto.undesirable_weight), algo.temperature
+        self.chunk = kto.kl_chunk
         self.padding = (0, 8)  # (pad id, multiple), as the step's collate last used them
 
     def collate(self, records: list[PreferencePair], *, pad_id: int, pad_to_multiple: int) -> PairBatch:
@@ -76,8 +77,7 @@ class KTOObjective(PairObjective):
 
     def _estimate(self, model: Any, ref_model: Any, records: tuple[PreferencePair, ...], batch: PairBatch) -> torch.Tensor:
         prompts, responses = mismatched(records)
-        chunk = batch.sequences.input_ids.shape[0]  # as many sequences as the micro-batch: fits its memory
-        device = batch.sequences.input_ids.device
+        chunk, device = self.chunk, batch.sequences.input_ids.device
         policy, ref = [], []
         with torch.no_grad():
             for i in range(0, len(prompts), chunk):
