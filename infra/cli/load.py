@@ -165,16 +165,17 @@ def to_pair(data: dict[str, Any], enc: Encoder, rid: str, meta: dict[str, Any]) 
 
 def to_sft(data: dict[str, Any], enc: Encoder, rid: str, meta: dict[str, Any]) -> Experience:
     """{"prompt", "response" | "completion"} or {"messages"} -> an Experience, a group of one."""
-    if data.get("messages") is not None:
-        messages = data["messages"]
+    messages = data.get("messages")
+    if messages is not None:
         if not isinstance(messages, list) or len(messages) < 2:
             raise RowError("messages: expected a list of at least a prompt message and the assistant's answer")
-        (prompt, prompt_ids), (response, response_ids) = enc.prompt(messages[:-1], "messages"), \
-            enc.answer(messages[-1:], "messages")
+        prompt, prompt_ids = enc.prompt(messages[:-1], "messages")
+        response, response_ids = enc.answer(messages[-1:], "messages")
     else:
         data = {"response": data.get("completion"), **{k: v for k, v in data.items() if v is not None}}
         _need(data, ("prompt", "response"), "SFT")
-        (prompt, prompt_ids), (response, response_ids) = enc.prompt(data["prompt"]), enc.answer(data["response"], "response")
+        prompt, prompt_ids = enc.prompt(data["prompt"])
+        response, response_ids = enc.answer(data["response"], "response")
     return Experience(experience_id=rid, task_id=rid, group_id=rid, prompt_text=prompt, prompt_tokens=prompt_ids,
                       response_text=response, response_tokens=response_ids, policy_version=0, finish_reason="stop",
                       metadata=meta)
