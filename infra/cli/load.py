@@ -257,6 +257,7 @@ def load(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="R
                                     "no data came for --idle-timeout seconds."),
          max_steps: Optional[int] = typer.Option(None, help="With --train: stop after this many steps in total."),
          idle_timeout: float = typer.Option(20.0, help="With --train: stop after this many seconds without data."),
+         nproc: int = typer.Option(1, min=1, help="With --train: data-parallel trainer processes (torchrun)."),
          ) -> None:
     """Put preference pairs or SFT conversations from a file on the run's ready topic (then, with --train, train)."""
     from undertow.kernel.models import build_tokenizer
@@ -284,7 +285,8 @@ def load(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="R
         kind = "pairs" if record_type is PreferencePair else "conversations"
         console.print(f"loaded {len(records)} {kind} ({len(parsed.records)} rows × {epochs} epochs) to {topics.ready}"
                       + (f"; {len(parsed.bad)} bad rows to {topics.rejected}" if parsed.bad else ""), soft_wrap=True)
-    if train:
-        from undertow.infra.cli.trainer import train as train_command
+    if train:  # through the command line's own parsing, so that every other `train` option keeps its default
+        from undertow.infra.cli import app
 
-        train_command(config, max_steps, idle_timeout, nproc=1)
+        app(["train", str(config), "--idle-timeout", str(idle_timeout), "--nproc", str(nproc),
+             *(["--max-steps", str(max_steps)] if max_steps else [])], standalone_mode=False)
