@@ -101,11 +101,34 @@ class KLConfig(_Section):
         return self
 
 
+class KTOConfig(_Section):
+    """KTO (objective `kto`): chosen answers desirable, rejected ones undesirable, around z0 (trainer/algorithms/kto.py)."""
+
+    beta: float = Field(0.1, gt=0, description="β: the scale of the log-ratio reward inside σ")
+    desirable_weight: float = Field(1.0, gt=0, description="λ_D: the weight of desirable (chosen) examples")
+    undesirable_weight: float = Field(1.0, gt=0, description="λ_U: the weight of undesirable (rejected) examples")
+    kl_chunk: int = Field(16, ge=1, description="mismatched sequences per no-grad forward of z0's estimate (memory; "
+                                                "a count, not the micro-batch's, so that every rank runs as many)")
+
+
+class SimPOConfig(_Section):
+    """SimPO (objective `simpo`): a length-normalised, reference-free margin (trainer/algorithms/simpo.py)."""
+
+    beta: float = Field(2.0, gt=0, description="β: the scale of the mean log-prob reward (the paper uses 2.0-2.5)")
+    gamma: float = Field(1.0, ge=0, description="γ: the target reward margin (the paper's γ/β is about 0.5)")
+
+
+class ORPOConfig(_Section):
+    """ORPO (objective `orpo`): the chosen answers' NLL plus λ times the odds-ratio loss (trainer/algorithms/orpo.py)."""
+
+    odds_ratio_weight: float = Field(0.1, ge=0, description="λ: the weight of the odds-ratio term (TRL's beta)")
+
+
 class AlgorithmConfig(_Section):
     """What is optimised."""
 
     objective: str = Field("rl", description="a registered objective (trainer/objectives/): rl and sft on "
-                                             "experiences, dpo on preference pairs; or a dotted path")
+                                             "experiences; dpo, kto, simpo, orpo on preference pairs; or a dotted path")
     policy_loss: Entry = Field("ppo_clip", description="ppo_clip, dapo, gspo, gmpo, cispo, sapo, clip_cov, kl_cov, "
                                                        "dppo_tv, dppo_kl, reinforce, truncated_is, decoupled_ppo")
     aggregation: Entry = Field("token_mean", description="token_mean, seq_mean_token_sum, seq_mean_token_mean, seq_mean_token_sum_norm")
@@ -117,6 +140,9 @@ class AlgorithmConfig(_Section):
     dpo_beta: float = Field(0.1, gt=0, description="DPO's β")
     preference_loss: Entry = Field("sigmoid", description="dpo's loss of the pair margin: sigmoid (DPO), robust "
                                                           "(label smoothing), hinge (SLiC), ipo; or a dotted path")
+    kto: KTOConfig = Field(default_factory=KTOConfig, description="objective kto's β and λ_D, λ_U")
+    simpo: SimPOConfig = Field(default_factory=SimPOConfig, description="objective simpo's β and γ")
+    orpo: ORPOConfig = Field(default_factory=ORPOConfig, description="objective orpo's λ")
     temperature: float = Field(1.0, gt=0, description="sampling temperature of the rollout engine (log-probs use it)")
 
     _check_objective = field_validator("objective")(lambda cls, v: checked_entry(objectives, v))

@@ -6,7 +6,7 @@ import typer
 
 # Modules, not their functions: `undertow.infra.cli.run` must stay the module (a function of the
 # same name bound here would hide it from `import undertow.infra.cli.run as ...` and from mock.patch).
-from undertow.infra.cli import algorithms, broker, config, history, monitor, processors, rollout, run, status, tail, topics
+from undertow.infra.cli import algorithms, broker, config, history, load, monitor, processors, rollout, run, status, tail, topics
 from undertow.infra.cli import eval as evaluation
 from undertow.infra.cli import trainer, watch
 
@@ -28,6 +28,7 @@ app.command("watch")(watch.watch)
 app.command("archive")(history.archive)
 app.command("query")(history.query)
 app.command("replay")(history.replay)
+app.command("load")(load.load)
 app.command("monitor")(monitor.monitor)
 app.command("tail")(tail.tail)
 app.add_typer(broker.broker_app, name="broker")

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
 import torch
 
 from undertow.kernel.registry import Registry
-from undertow.schemas import Experience, Record
+from undertow.schemas import Experience, PreferencePair, Record
 from undertow.schemas.logprobs import sequence_logprobs
-from undertow.trainer.algorithms import Totals
-from undertow.trainer.batch import SequenceBatch, collate_experiences
+from undertow.trainer.algorithms import Totals, masked
+from undertow.trainer.batch import PairBatch, SequenceBatch, collate_experiences, collate_pairs
 
 if TYPE_CHECKING:
     from undertow.trainer.config import AlgorithmConfig
@@ -83,6 +83,34 @@ class ExperienceObjective:
         """Log-probs of the batch under `model`, without gradient: the proximal policy's."""
         with torch.no_grad():
             return sequence_logprobs(model, batch.input_ids, batch.attention_mask, self.temperature)
+
+
+class PairObjective:
+    """Records are preference pairs: two sequences each (the batch's chosen rows first), normalised by
+    pairs; offline, so no staleness bound and no proximal policy."""
+
+    record_type: ClassVar[type[Record]] = PreferencePair
+    checks_staleness: ClassVar[bool] = False
+    importance_sampled: ClassVar[bool] = False
+
+    def collate(self, records: list[PreferencePair], *, pad_id: int, pad_to_multiple: int) -> PairBatch:
+        return collate_pairs(records, pad_id=pad_id, pad_to_multiple=pad_to_multiple)
+
+    def lengths(self, record: PreferencePair) -> list[int]:
+        p = len(record.prompt_tokens)
+        return [p + len(record.chosen_tokens), p + len(record.rejected_tokens)]
+
+    def totals(self, records: list[PreferencePair]) -> Totals:
+        return Totals(float(sum(len(r.chosen_tokens) + len(r.rejected_tokens) for r in records)), len(records))
+
+    def logprobs(self, model: Any, batch: PairBatch) -> None:
+        return None  # no proximal policy: nothing is importance-weighted
+
+
+def summed_logprobs(model: Any, seqs: SequenceBatch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(summed log-probs [N], response tokens [N]) of each sequence under `model`, with gradient."""
+    logp, _ = policy_logprobs(model, seqs, temperature)  # [N, T-1]
+    return masked(logp, seqs.mask).sum(-1), seqs.mask.sum(-1)
 
 
 class _KeepLogits:
