@@ -21,6 +21,8 @@ default the file is refused whole (nothing sent); with `--skip-bad` the good row
 one goes to `experiences.rejected` (stage `load`, reason `invalid`, the row as it was). Ids are
 `<file stem>:<line>:<digest of the row>`: loading the same file again trains nothing twice (the trainer
 skips the ids it trained); `--epochs N` sends N copies, ids suffixed `/epoch-k` from the second on.
+With `--to expert`, SFT rows go to `experiences.expert` instead: the demonstrations an RL run with
+`trainer.mixing` (CHORD) takes into each of its steps.
 """
 
 from __future__ import annotations
@@ -225,11 +227,13 @@ def epochs_of(records: list[Record], epochs: int) -> list[Record]:
     return out
 
 
-def send(producer: Any, topics: Any, records: list[Record], bad: list[tuple[Row, str]], path: Path) -> None:
-    """Records to the ready topic, bad rows to the rejected one; returns once the brokers acknowledged all."""
+def send(producer: Any, topics: Any, records: list[Record], bad: list[tuple[Row, str]], path: Path,
+         topic: str | None = None) -> None:
+    """Records to the ready topic (or `topic`), bad rows to the rejected one; returns once the brokers
+    acknowledged all."""
     from undertow.streams.replay import replay_key
 
-    futures = [producer.send(topics.ready, r, key=replay_key(r)) for r in records]
+    futures = [producer.send(topic or topics.ready, r, key=replay_key(r)) for r in records]
     futures += [producer.reject(topics.rejected, stage=STAGE, reason="invalid", detail=f"{path.name}:{row.line}: {why}",
                                 original=row.raw, record_id=f"{path.stem[:100]}:{row.line}") for row, why in bad]
     producer.flush()
@@ -237,9 +241,15 @@ def send(producer: Any, topics: Any, records: list[Record], bad: list[tuple[Row,
         f.get(timeout=60)  # raises if the broker refused one
 
 
-def record_type_of(cfg: Any) -> type[Record]:
-    """The record type the config's trainer reads; an objective that trains on rollouts is refused."""
+def record_type_of(cfg: Any, expert: bool = False) -> type[Record]:
+    """The record type the config's trainer reads; an objective that trains on rollouts is refused.
+    Demonstrations for the expert topic are SFT conversations, read by an RL run's `trainer.mixing`."""
     from undertow.trainer.objectives import objectives
+
+    if expert:
+        if cfg.trainer.mixing is None:
+            raise ValueError("--to expert: the config sets no trainer.mixing, so no trainer would read them")
+        return Experience
 
     objective = objectives.get(cfg.trainer.algorithm.objective)(cfg.trainer.algorithm)
     if objective.importance_sampled or objective.record_type not in SHAPES:
@@ -258,15 +268,22 @@ def load(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="R
          max_steps: Optional[int] = typer.Option(None, help="With --train: stop after this many steps in total."),
          idle_timeout: float = typer.Option(20.0, help="With --train: stop after this many seconds without data."),
          nproc: int = typer.Option(1, min=1, help="With --train: data-parallel trainer processes (torchrun)."),
+         to: str = typer.Option("ready", "--to", help="ready: what the trainer trains on; expert: demonstrations an "
+                                "RL run mixes into its steps (trainer.mixing, CHORD)."),
          ) -> None:
-    """Put preference pairs or SFT conversations from a file on the run's ready topic (then, with --train, train)."""
+    """Put preference pairs or SFT conversations from a file on the run's ready topic (then, with --train, train),
+    or demonstrations on its expert topic (--to expert)."""
     from undertow.kernel.models import build_tokenizer
     from undertow.kernel.progress import progress
     from undertow.streams import RecordProducer, Topics, create_topics
 
     with user_errors():
+        if to not in ("ready", "expert"):
+            raise ValueError(f"--to: expected ready or expert, got {to!r}")
+        if to == "expert" and train:
+            raise ValueError("--train: an RL run trains on rollouts; start it (undertow run) to use the demonstrations")
         cfg, context = component(config)
-        record_type = record_type_of(cfg)
+        record_type = record_type_of(cfg, expert=to == "expert")
         with progress(f"tokenize {file.name}", unit="rows"):
             parsed = parse(file, record_type, Encoder(build_tokenizer(context.model), cfg.rollout.chat_template))
         topics = Topics(context.namespace)
@@ -280,10 +297,11 @@ def load(config: Path = typer.Argument(..., exists=True, dir_okay=False, help="R
             raise ValueError(f"{file.name}: no rows to send")
         records = epochs_of(parsed.records, epochs)
         create_topics(context.kafka, context.namespace)
+        topic = topics.expert if to == "expert" else topics.ready
         with RecordProducer(context.kafka) as producer:
-            send(producer, topics, records, parsed.bad, file)
+            send(producer, topics, records, parsed.bad, file, topic)
         kind = "pairs" if record_type is PreferencePair else "conversations"
-        console.print(f"loaded {len(records)} {kind} ({len(parsed.records)} rows × {epochs} epochs) to {topics.ready}"
+        console.print(f"loaded {len(records)} {kind} ({len(parsed.records)} rows × {epochs} epochs) to {topic}"
                       + (f"; {len(parsed.bad)} bad rows to {topics.rejected}" if parsed.bad else ""), soft_wrap=True)
     if train:  # through the command line's own parsing, so that every other `train` option keeps its default
         from undertow.infra.cli import app

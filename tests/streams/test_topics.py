@@ -7,16 +7,17 @@ from undertow.streams.topics import FOREVER
 
 
 def test_catalog_has_every_topic_of_the_design():
+    # DESIGN.md's eight, and the expert demonstrations an RL step may mix in (trainer.mixing, README "Topics")
     assert {s.suffix for s in CATALOG} == {"tasks", "experiences.raw", "experiences.ready", "experiences.rejected",
-                                           "weights", "task-stats", "metrics", "evals"}
+                                           "experiences.expert", "weights", "task-stats", "metrics", "evals"}
 
 
 def test_names_carry_the_namespace():
     t = Topics("demo")
     assert (t.tasks, t.raw, t.ready, t.rejected) == (
         "demo.tasks", "demo.experiences.raw", "demo.experiences.ready", "demo.experiences.rejected")
-    assert (t.weights, t.task_stats, t.metrics, t.evals) == (
-        "demo.weights", "demo.task-stats", "demo.metrics", "demo.evals")
+    assert (t.weights, t.task_stats, t.metrics, t.evals, t.expert) == (
+        "demo.weights", "demo.task-stats", "demo.metrics", "demo.evals", "demo.experiences.expert")
     assert set(t.specs()) == {f"demo.{s.suffix}" for s in CATALOG}
 
 

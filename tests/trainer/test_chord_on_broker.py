@@ -5,25 +5,27 @@ only demonstrations it has not trained."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
-from undertow.kernel.models import build_tokenizer
-from undertow.schemas import Experience, MetricEvent
+from undertow.schemas import MetricEvent
 from undertow.streams import Topics
 
-from .helpers import SPEC, finish, make_group, produce, read_all, start_trainer, write_config
+from .helpers import env, finish, make_group, produce, read_all, start_trainer, write_config
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
 
-def demonstrations(start: int, n: int) -> list[Experience]:
-    tok = build_tokenizer(SPEC)
-    prompt, answer = tok("2+2=")["input_ids"], tok("4")["input_ids"] + [tok.eos_token_id]
-    return [Experience(experience_id=f"expert-{i}", task_id=f"expert-{i}", group_id=f"expert-{i}",
-                       prompt_tokens=prompt, response_tokens=answer, policy_version=0, finish_reason="stop")
-            for i in range(start, start + n)]
+def load_demonstrations(config: Path, path: Path, n: int) -> None:
+    """`undertow load CONFIG FILE --to expert` of n rows teaching "2+2=" -> "4" (ids `<stem>:<line>:…`)."""
+    path.write_text("".join(json.dumps({"prompt": "2+2=", "response": "4"}) + "\n" for _ in range(n)))
+    out = subprocess.run([sys.executable, "-m", "undertow.infra.cli", "load", str(config), str(path), "--to", "expert"],
+                         capture_output=True, text=True, timeout=120, env=env())
+    assert out.returncode == 0 and f"loaded {n} conversations" in out.stdout, out.stdout + out.stderr
 
 
 def trained_ids(tmp_path: Path, namespace: str) -> list[str]:
@@ -34,10 +36,12 @@ def trained_ids(tmp_path: Path, namespace: str) -> list[str]:
 def test_demonstrations_join_each_step_and_are_trained_once(kafka, namespace, tmp_path: Path):
     topics = Topics(namespace)
     produce(kafka, topics.ready, [e for g in range(6) for e in make_group(f"task-{g}")])  # 24: 3 steps of 8
-    produce(kafka, topics.expert, demonstrations(0, 12))
     settings = {"engine": {"zero_stage": 0, "lr": 0.01}, "batching": {"experiences": 8},
                 "mixing": {"expert_per_step": 4, "mu_peak": 0.5}, "sync_every": 1, "checkpoint_every": 100}
     config = write_config(tmp_path, namespace, settings)
+    raw = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**raw, "rollout": {"chat_template": False}}))
+    load_demonstrations(config, tmp_path / "demos.jsonl", 12)
     finish(start_trainer(config, "--max-steps", "3", port=29551), 240)
 
     steps = [m.values for m in read_all(kafka, topics.metrics, expect=MetricEvent) if m.component == "trainer"]
@@ -45,12 +49,12 @@ def test_demonstrations_join_each_step_and_are_trained_once(kafka, namespace, tm
     assert all(s["mu"] == 0.5 for s in steps)
     assert steps[-1]["expert_nll"] < steps[0]["expert_nll"]  # the demonstrations are learned
     first = trained_ids(tmp_path, namespace)
-    assert sorted(i for i in first if i.startswith("expert")) == sorted(f"expert-{i}" for i in range(12))
+    assert sorted(int(i.split(":")[1]) for i in first if i.startswith("demos:")) == list(range(1, 13))
 
     # A restart reads both topics from the checkpoint: new RL data and the 4 new demonstrations only.
     produce(kafka, topics.ready, make_group("task-6") + make_group("task-7"))
-    produce(kafka, topics.expert, demonstrations(12, 4))
+    load_demonstrations(config, tmp_path / "more.jsonl", 4)
     finish(start_trainer(config, "--max-steps", "4", port=29552), 240)
     again = trained_ids(tmp_path, namespace)[len(first):]
-    assert sorted(i for i in again if i.startswith("expert")) == [f"expert-{i}" for i in range(12, 16)]
+    assert sorted(int(i.split(":")[1]) for i in again if i.startswith("more:")) == [1, 2, 3, 4]
     assert len(again) == 8 + 4
