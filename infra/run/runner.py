@@ -188,8 +188,8 @@ class Run:
             status, message = self._watch(sup, watch, recorder)
         finally:
             # The evaluator scores the final weights after its SIGTERM: on a real model that takes minutes.
-            order = sorted((c.name for c in sup.children), key=lambda name: STOP_ORDER.index(role(name)))
-            sup.stop(order, timeouts={c.name: merged.eval.stop_timeout_s for c in sup.children if role(c.name) == "eval"})
+            order = [name for r in STOP_ORDER for name in [r, *(f"{r}@{s.name}" for s in merged.shadows)]]
+            sup.stop(order, timeouts={name: merged.eval.stop_timeout_s for name in order if role(name) == "eval"})
             recorder.stop()
             events.close()
         return watch.outcome(status, time.time() - started, message)

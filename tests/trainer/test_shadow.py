@@ -12,10 +12,12 @@ import yaml
 
 from undertow.infra.report.series import build_panels
 from undertow.infra.run.config import RunConfig, load_component_config
+from undertow.infra.run.runner import Run
+from undertow.infra.run.supervisor import Supervisor
 from undertow.kernel.models import build_model, load_weights
 from undertow.rollout.eval_runner import follow
 from undertow.schemas import EvalResult, MetricEvent
-from undertow.streams import RunContext, Topics
+from undertow.streams import RunContext, Topics, list_topics
 
 from tests.helpers import read_all
 from tests.rollout.test_evaluation import HELDOUT
@@ -103,3 +105,25 @@ def test_a_shadow_trains_the_same_experiences_into_its_own_topics_and_curves(kaf
     labels = {c.label for c in heldout.curves}
     assert {"rl/eval:sums-heldout/greedy_accuracy", "rl/eval@slow:sums-heldout/greedy_accuracy"} <= labels
 
+
+
+@pytest.mark.broker  # a stage creates its topics (the shadow's too) and records its metrics
+def test_undertow_run_starts_each_shadows_trainer_and_evaluator_and_waits_for_them(kafka, namespace, tmp_path,
+                                                                                   monkeypatch):
+    started: list[tuple[str, list[str]]] = []
+    stopped: list[list[str]] = []
+    monkeypatch.setattr(Supervisor, "start", lambda self, name, argv: started.append((name, argv)))
+    monkeypatch.setattr(Supervisor, "stop", lambda self, names=None, timeout=60.0, timeouts=None: stopped.append(names))
+    monkeypatch.setattr(Run, "_watch", lambda self, sup, watch, recorder: ("done", ""))
+    raw = {"namespace": namespace, "model": {"source": "tiny"}, "eval": HELDOUT, "run": {"steps": 7},
+           "shadows": [{"name": "gspo", "trainer": {"algorithm": {"policy_loss": "gspo"}}}]}
+    run = Run(RunConfig.model_validate(raw), raw, tmp_path)
+    run.kafka = kafka
+    assert run._run_stage(0, None).status == "done"
+    argv = dict(started)
+    assert argv["trainer@gspo"][-6:] == ["train", str(tmp_path / "stages" / "0-main.yaml"), "--shadow", "gspo",
+                                         "--max-steps", "7"]
+    assert argv["eval@gspo"][-2:] == ["--shadow", "gspo"]
+    (order,) = stopped
+    assert order.index("trainer") < order.index("trainer@gspo") < order.index("eval") < order.index("eval@gspo")
+    assert Topics(namespace, shadow="gspo").weights in list_topics(kafka)
