@@ -70,11 +70,16 @@ def reinforce_pp(inp: AdvantageInputs, *, gamma: float = 1.0) -> torch.Tensor:
     compute_reinforce_plus_plus_outcome_advantage. The processors' advantages are ignored."""
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma: expected a discount in [0, 1], got {gamma}")
-    mask = inp.mask  # [B, L]
+    token_rewards = outcome_rewards(inp.rewards, inp.mask) - inp.kl_penalty  # [B, L]
+    return whiten(discounted_returns(token_rewards, inp.mask, gamma), inp.mask)
+
+
+def outcome_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The outcome reward of each row [B] on its last trained token, 0 elsewhere: [B, L]. A row with
+    nothing trained gets nothing."""
     positions = torch.arange(mask.shape[1], device=mask.device)  # [L]
     last = torch.where(mask > 0, positions, -1).max(-1).values  # [B], −1 for a row with nothing trained
     outcome = torch.zeros_like(mask)
     rows = (last >= 0).nonzero().squeeze(-1)
-    outcome[rows, last[rows]] = inp.rewards[rows].to(mask.dtype)
-    token_rewards = outcome - inp.kl_penalty  # [B, L]
-    return whiten(discounted_returns(token_rewards, mask, gamma), mask)
+    outcome[rows, last[rows]] = rewards[rows].to(mask.dtype)
+    return outcome
