@@ -204,7 +204,8 @@ def train_step(engine: Any, objective: Objective, records: list[Record], ref_mod
     guard, tally = finite_guard(engine), Tally()
     trained: set[str] = set()
     applied = skipped = critic_applied = 0
-    grad_norms: list[float] = []
+    grad_norms: list[float | None] = []
+    critic_norms: list[float | None] = []
     for _ in range(shape.ppo_epochs):
         for update, micro_batches in zip(updates, batches):
             accumulate(engine, objective, update, micro_batches, ref_model, process.world_size,
@@ -212,7 +213,9 @@ def train_step(engine: Any, objective: Objective, records: list[Record], ref_mod
             if critic is not None:  # the same micro-batches, into the critic's own gradients
                 accumulate(critic.model, critic, update, micro_batches, None, process.world_size,
                            lambda loss: critic.model.backward(loss, scale_wrt_gas=False), tally)
-                critic_applied += critic.step()
+                if critic.step():
+                    critic_applied += 1
+                    critic_norms.append(_finite_norm(critic.model))
             guard.applied = False
             engine.step()
             if not guard.applied:
@@ -220,19 +223,25 @@ def train_step(engine: Any, objective: Objective, records: list[Record], ref_mod
                 continue
             applied += 1
             trained.update(record_id(r) for r in update.records)
-            norm = engine.get_global_grad_norm()
-            if norm is not None and math.isfinite(float(norm)):
-                grad_norms.append(float(norm))
+            grad_norms.append(_finite_norm(engine))
     seconds = time.perf_counter() - started
     tokens = sum(record_tokens(r) for r in records)  # the whole batch, over all ranks
     metrics = {**prepared, **tally.result(len(updates) * shape.ppo_epochs, process.world_size),
                "updates": float(applied), "skipped_updates": float(skipped), "lr": float(engine.get_lr()[0]),
                "step_s": seconds, "tokens": float(tokens), "tokens_per_s": tokens / seconds if seconds > 0 else 0.0}
-    if grad_norms:
-        metrics["grad_norm"] = sum(grad_norms) / len(grad_norms)
+    for key, norms in (("grad_norm", grad_norms), ("critic_grad_norm", critic_norms)):
+        norms = [n for n in norms if n is not None]
+        if norms:
+            metrics[key] = sum(norms) / len(norms)
     if critic is not None:
         metrics.update(critic_updates=float(critic_applied), critic_lr=float(critic.model.get_lr()[0]))
     return TrainStepResult(metrics, [r for r in received if record_id(r) not in trained])
+
+
+def _finite_norm(engine: Any) -> float | None:
+    """The gradient norm of the engine's last step, if it reported a finite one."""
+    norm = engine.get_global_grad_norm()
+    return float(norm) if norm is not None and math.isfinite(float(norm)) else None
 
 
 def _with_proximal(batch: Any, logp: torch.Tensor | None) -> Any:
