@@ -103,6 +103,7 @@ def build_critic(spec: ModelSpec, cfg: TrainerConfig, process: Process) -> Criti
     model = value_model(spec, cfg.critic.init_from).to(process.device).train()
     if cfg.gradient_checkpointing:
         model.trunk.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.trunk.config.use_cache = False
     engine = wrap_engine(model, cfg.engine.model_copy(update={"lr": cfg.critic.lr}), process)
     return Critic(engine, aggregation=cfg.algorithm.aggregation, value_clip=cfg.critic.value_clip,
                   vf_coef=cfg.critic.vf_coef)

@@ -1,7 +1,9 @@
-"""PPO with a learned critic (Schulman et al. 2017, "Proximal Policy Optimization Algorithms", eq. 7
-and 9), its advantages by GAE (Schulman et al. 2016, "High-Dimensional Continuous Control Using
-Generalized Advantage Estimation", eq. 16), with the KL to the reference as a token reward as RLHF
-applies it (Ouyang et al. 2022, "Training language models to follow instructions", eq. 2).
+"""PPO with a learned critic: GAE advantages, the clipped surrogate and a clipped value loss.
+
+Schulman et al. 2017, "Proximal Policy Optimization Algorithms", eq. 7 and 9; the advantages by GAE
+(Schulman et al. 2016, "High-Dimensional Continuous Control Using Generalized Advantage Estimation",
+eq. 16); the KL to the reference as a token reward, as RLHF applies it (Ouyang et al. 2022,
+"Training language models to follow instructions with human feedback", eq. 2).
 
     r_t = −β · KL_t + [t = last] · r(x, o),   KL_t = log π_old(o_t) − log π_ref(o_t)   (k1)    trainer, once per step: [B, L]
     V_t = V_φ_old(s_t)                         the critic's values, once over the whole batch          [B, L]

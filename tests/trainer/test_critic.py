@@ -8,7 +8,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from undertow.kernel.models import build_model
+from undertow.kernel.models import build_model, weights_to_bytes
 from undertow.trainer.batch import ValuedExperience
 from undertow.trainer.config import AlgorithmConfig, TrainerConfig
 from undertow.trainer.critic import Critic, value_model
@@ -90,6 +90,15 @@ def test_the_value_model_starts_at_zero_and_has_the_policys_trunk():
     trunk = {k: v for k, v in policy.state_dict().items() if k.startswith("transformer.")}
     assert {f"trunk.{k[len('transformer.'):]}" for k in trunk} <= set(model.state_dict())
     assert all(torch.equal(model.state_dict()[f"trunk.{k[len('transformer.'):]}"], v) for k, v in trunk.items())
+
+
+def test_the_critic_can_start_from_other_weights(tmp_path):
+    other = build_model(SPEC.model_copy(update={"seed": 3}))
+    (tmp_path / "other.safetensors").write_bytes(weights_to_bytes(other))
+    model = value_model(SPEC, str(tmp_path / "other.safetensors"))
+    expected = other.state_dict()["transformer.h.0.attn.c_attn.weight"]
+    assert torch.equal(model.state_dict()["trunk.h.0.attn.c_attn.weight"], expected)
+    assert not torch.equal(value_model(SPEC).state_dict()["trunk.h.0.attn.c_attn.weight"], expected)
 
 
 def test_config_errors_name_the_field():
