@@ -17,19 +17,19 @@ aggregated like the policy's, against the same step totals), after which both en
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
 from undertow.kernel.models import ModelSpec, build_model
+from undertow.schemas.logprobs import position_ids
 
 from .algorithms import Totals, aggregations, clipped_value_loss
 from .batch import SequenceBatch
 from .config import TrainerConfig
 from .engine import Process, wrap_engine
-from .objectives.api import StepLoss
+from .objectives.api import StepLoss, trained_tokens
 from .optim import finite_guard
-from undertow.schemas.logprobs import position_ids
 
 
 class ValueModel(torch.nn.Module):
@@ -59,8 +59,6 @@ class Critic:
     """The value model (a DeepSpeed engine; a plain module in tests) and its loss settings. `loss` and
     `totals` have the objective's signatures, so the step loop accumulates it like the policy."""
 
-    checks_staleness: ClassVar[bool] = False
-
     def __init__(self, model: Any, *, aggregation: Any = "token_mean", value_clip: float | None = 0.2,
                  vf_coef: float = 1.0):
         self.model, self.value_clip, self.vf_coef = model, value_clip, vf_coef
@@ -72,8 +70,7 @@ class Critic:
             return self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)[:, :-1]
 
     def totals(self, records: list[Any]) -> Totals:
-        from .objectives.api import trained_tokens
-
+        """The normalisers of records: their trained tokens and count, as the policy objective's."""
         return Totals(float(sum(trained_tokens(e) for e in records)), len(records))
 
     def loss(self, model: Any, batch: SequenceBatch, ref_model: Any = None, totals: Totals | None = None) -> StepLoss:

@@ -4,7 +4,9 @@ result does not depend on how the step is cut. The processors see one prompt gro
 reference model; what needs the batch's statistics or the reference's per-token KL happens here.
 
 A transform takes `AdvantageInputs` (response-aligned [B, L] tensors; see base.py) and returns the
-advantages [B, L] the policy loss will see; it is 0 where `mask` is 0.
+advantages [B, L] the policy loss will see; it is 0 where `mask` is 0. One marked `needs_values`
+(gae.py: PPO's GAE) also gets the critic's values and returns an `AdvantageOut`, the advantages and
+the returns the critic regresses on; configuring it requires `trainer.critic`.
 
     batch_whiten   A_t ← whiten(A_t − β KL_t)                       REINFORCE++-baseline's second half
     reinforce_pp   r_t = −β KL_t (+ the outcome reward on the last trained token)
