@@ -113,6 +113,13 @@ def test_gae_agrees_with_verl(gamma, lam):
     torch.testing.assert_close(out.returns, expected_ret * mask, atol=1e-12, rtol=0)
 
 
+def test_the_processors_advantages_are_ignored():
+    """The ppo preset's reshape still writes a group advantage; GAE reads only rewards, KL and values."""
+    plain = inputs(MASK, V, [1.0])
+    other = AdvantageInputs(plain.mask, t([[9.0, -9.0, 3.0]]), plain.rewards, plain.kl_penalty, plain.values)
+    assert gae(other).advantages.tolist() == gae(plain).advantages.tolist()
+
+
 def test_fully_masked_rows_are_finite_and_zero():
     out = gae(inputs([[0, 0, 0], [1, 1, 0]], [[float("nan")] * 3, [0.1, 0.2, 0.0]], [5.0, 1.0]))
     assert torch.isfinite(out.advantages).all() and torch.isfinite(out.returns).all()
