@@ -25,10 +25,26 @@ class SequenceBatch:
     advantages: torch.Tensor  # [B, T-1] float
     policy_versions: torch.Tensor  # [B] long
     proximal_logp: torch.Tensor | None = None  # [B, T-1] under the weights before the step's first update
+    returns: torch.Tensor | None = None  # [B, T-1] the critic's targets R_t (with a critic)
+    old_values: torch.Tensor | None = None  # [B, T-1] the critic's V_t before the step's first update
 
     @property
     def tokens(self) -> int:
         return int(self.attention_mask.sum())
+
+
+class ValuedExperience(Experience):
+    """An experience with the critic's targets of this step (`returns`) and its values before the
+    step's updates (`values`), one per response token: trainer-internal, built by the step's prepare
+    pass, never put on a topic."""
+
+    returns: list[float]
+    values: list[float]
+
+    @classmethod
+    def of(cls, e: Experience, advantages: list[float], returns: list[float], values: list[float]) -> "ValuedExperience":
+        fields = {**dict(e), "advantages": advantages, "returns": returns, "values": values}
+        return cls.model_construct(_fields_set=set(fields), **fields)  # already valid: no second validation
 
 
 @dataclass
@@ -77,11 +93,26 @@ def collate_experiences(experiences: list[Experience], *, pad_id: int, pad_to_mu
         raise ValueError("collate: no experiences")
     if any(not e.prompt_tokens for e in experiences):
         raise ValueError("collate: an experience without prompt tokens has no position to predict its first token")
-    return pack_sequences([e.prompt_tokens for e in experiences], [e.response_tokens for e in experiences],
-                          pad_id=pad_id, pad_to_multiple=pad_to_multiple, masks=[e.loss_mask for e in experiences],
-                          behaviour=[e.behaviour_logprobs for e in experiences],
-                          advantages=[e.advantages for e in experiences],
-                          versions=[e.policy_version for e in experiences])
+    batch = pack_sequences([e.prompt_tokens for e in experiences], [e.response_tokens for e in experiences],
+                           pad_id=pad_id, pad_to_multiple=pad_to_multiple, masks=[e.loss_mask for e in experiences],
+                           behaviour=[e.behaviour_logprobs for e in experiences],
+                           advantages=[e.advantages for e in experiences],
+                           versions=[e.policy_version for e in experiences])
+    if all(isinstance(e, ValuedExperience) for e in experiences):
+        width = batch.mask.shape[1]
+        batch.returns = response_columns([e.returns for e in experiences], experiences, width)
+        batch.old_values = response_columns([e.values for e in experiences], experiences, width)
+    return batch
+
+
+def response_columns(rows: list[list[float]], experiences: list[Experience], width: int) -> torch.Tensor:
+    """Per-response-token values into the batch's [B, width] columns (response token j of a prompt
+    of length P in column P-1+j), zeros elsewhere."""
+    out = torch.zeros((len(rows), width))
+    for i, (row, e) in enumerate(zip(rows, experiences)):
+        start = len(e.prompt_tokens) - 1
+        out[i, start:start + len(row)] = torch.tensor(row, dtype=torch.float)
+    return out
 
 
 def collate_pairs(pairs: list[PreferencePair], *, pad_id: int, pad_to_multiple: int = 8) -> PairBatch:

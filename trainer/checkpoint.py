@@ -2,7 +2,8 @@
 
 Layout under the run's directory:
     step-00000012/            DeepSpeed checkpoint (tag), with hf/ (save_pretrained), trainer_state.json
-                              and, with several ranks, ranks.json (each rank's weights sha256: they must agree)
+                              and, with several ranks, ranks.json (each rank's weights sha256: they must agree);
+                              with a critic, critic/ (its own DeepSpeed checkpoint: weights and optimizer)
     LATEST                    the tag of the newest complete checkpoint (written last, atomically)
     ledger.jsonl              per step: which record ids it trained on (an audit trail; cut back on resume)
 A crash mid-save leaves LATEST at the previous complete checkpoint.
@@ -26,6 +27,7 @@ LATEST = "LATEST"
 STATE = "trainer_state.json"
 LEDGER = "ledger.jsonl"
 RANKS = "ranks.json"
+CRITIC = "critic"
 log = logging.getLogger(__name__)
 
 
@@ -55,12 +57,16 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def save_checkpoint(engine: Any, root: Path, state: TrainerState, *, leader: bool, keep: int) -> str:
-    """Every rank calls this; rank 0 writes the trainer state and moves LATEST last."""
+def save_checkpoint(engine: Any, root: Path, state: TrainerState, *, leader: bool, keep: int,
+                    critic: Any = None) -> str:
+    """Every rank calls this; rank 0 writes the trainer state and moves LATEST last. A `critic` engine
+    is saved inside the tag, so LATEST covers both."""
     import torch.distributed as dist
 
     tag = f"step-{state.step:08d}"
     engine.save_checkpoint(str(root), tag=tag, save_latest=False)
+    if critic is not None:
+        critic.save_checkpoint(str(root / tag), tag=CRITIC, save_latest=False)
     export_pretrained(engine, root / tag / "hf")
     fingerprints = rank_fingerprints(engine)
     if leader:
@@ -75,8 +81,9 @@ def save_checkpoint(engine: Any, root: Path, state: TrainerState, *, leader: boo
     return tag
 
 
-def load_checkpoint(engine: Any, root: Path) -> TrainerState | None:
-    """Restore the newest complete checkpoint into `engine`; None when there is none."""
+def load_checkpoint(engine: Any, root: Path, critic: Any = None) -> TrainerState | None:
+    """Restore the newest complete checkpoint into `engine` (and its critic into `critic`); None when
+    there is none. A checkpoint without a critic (a run that had none) leaves `critic` as built."""
     if not (root / LATEST).exists():
         return None
     tag = (root / LATEST).read_text().strip()
@@ -84,6 +91,13 @@ def load_checkpoint(engine: Any, root: Path) -> TrainerState | None:
                                        load_lr_scheduler_states=True)
     if loaded is None:
         raise RuntimeError(f"checkpoint {root / tag}: DeepSpeed could not load it")
+    if critic is not None and (root / tag / CRITIC).is_dir():
+        loaded, _ = critic.load_checkpoint(str(root / tag), tag=CRITIC, load_optimizer_states=True,
+                                           load_lr_scheduler_states=True)
+        if loaded is None:
+            raise RuntimeError(f"checkpoint {root / tag / CRITIC}: DeepSpeed could not load the critic")
+    elif critic is not None:
+        log.warning("checkpoint %s has no critic: the critic starts from its initial weights", root / tag)
     return TrainerState.model_validate_json((root / tag / STATE).read_text())
 
 

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from undertow.kernel.registry import checked_entry
+from undertow.kernel.registry import checked_entry, entry_name
 from undertow.schemas import Experience
 from undertow.streams.weights import WeightsConfig
 
@@ -165,6 +165,20 @@ class MixingConfig(_Section):
     phi: bool = Field(True, description="CHORD-φ: weigh each expert token's −log p by φ = p(1 − p), detached")
 
 
+class CriticConfig(_Section):
+    """PPO's critic (trainer/critic.py): the policy's architecture with a scalar value head, a separate
+    model trained by a DeepSpeed engine of its own (the policy's engine settings, its own learning rate
+    and optimizer state), checkpointed with the policy, never published."""
+
+    lr: float = Field(1e-4, gt=0, description="the critic's learning rate (its own AdamW)")
+    value_clip: float | None = Field(0.2, gt=0, description="ε_v: the value loss's clip around the step's "
+                                                            "old values (PPO2's; None: the plain squared error)")
+    vf_coef: float = Field(1.0, gt=0, description="weight of the value loss; with its own Adam optimizer it "
+                                                  "only matters against engine.grad_clip")
+    init_from: str | None = Field(None, description="trunk weights: an HF export directory or .safetensors of "
+                                                    "the policy's architecture (default: the policy's initial weights)")
+
+
 class LoraConfig(_Section):
     """LoRA adapters (peft): only they train; the KL reference is the base with adapters off."""
 
@@ -188,6 +202,10 @@ class TrainerConfig(_Section):
     gradient_checkpointing: bool = Field(False, description="recompute activations in backward (less memory)")
     lora: LoraConfig | None = Field(None, description="train LoRA adapters only and publish adapter-only updates")
     mixing: MixingConfig | None = Field(None, description="mix expert demonstrations into RL steps (CHORD)")
+
+
+    critic: CriticConfig | None = Field(None, description="a value model for the advantage_transform gae (PPO "
+                                                          "with a critic); None: critic-free")
     sync_every: int = Field(1, ge=1, description="publish weights every this many steps (and at the end)")
     weights: WeightsConfig = Field(default_factory=WeightsConfig, description="how weights reach the workers")
     checkpoint_dir: str = Field("~/.undertow/trainer", description="checkpoints go to <checkpoint_dir>/<namespace>")
@@ -213,5 +231,17 @@ class TrainerConfig(_Section):
         n = self.batching.experiences
         if n is not None and self.mini_batches > n:
             raise ValueError(f"mini_batches: {self.mini_batches} updates cannot split a batch of {n} experiences")
+        return self
+
+    @model_validator(mode="after")
+    def _critic_and_its_reader(self) -> "TrainerConfig":
+        transform = self.algorithm.advantage_transform
+        reads = transform is not None and getattr(advantage_transforms.resolve(transform).obj, "needs_values", False)
+        if reads and self.critic is None:
+            raise ValueError(f"critic: the advantage_transform {entry_name(transform)} needs a critic's values; "
+                             "set trainer.critic (e.g. {lr: 1e-5})")
+        if self.critic is not None and not reads:
+            raise ValueError("critic: nothing reads the critic's values; set trainer.algorithm.advantage_transform "
+                             "to one that does (gae)")
         return self
 

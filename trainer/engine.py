@@ -87,8 +87,6 @@ def build_training_engine(spec: ModelSpec, cfg: EngineConfig, process: Process, 
                  gradient_checkpointing: bool = False, lora: LoraConfig | None = None) -> Any:
     """The policy from `spec` wrapped in a DeepSpeed engine, in train mode (with LoRA: the base
     frozen, adapters on top)."""
-    import deepspeed
-
     torch.manual_seed(cfg.seed)
     model = build_model(spec).to(process.device).train()
     if gradient_checkpointing:
@@ -98,6 +96,14 @@ def build_training_engine(spec: ModelSpec, cfg: EngineConfig, process: Process, 
     if lora is not None:
         model = wrap_lora(model, LoraShape(lora.rank, lora.alpha, lora.dropout,
                                            tuple(lora.targets) if lora.targets else None))
+    return wrap_engine(model, cfg, process)
+
+
+def wrap_engine(model: torch.nn.Module, cfg: EngineConfig, process: Process) -> Any:
+    """`model` in a DeepSpeed engine with its own guarded optimizer and schedule (the policy's, or the
+    critic's beside it)."""
+    import deepspeed
+
     optimizer = build_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=build_schedule(cfg, optimizer),
                                       config=deepspeed_config(cfg, process.world_size))

@@ -22,6 +22,7 @@ from undertow.streams.weights import Sending, build_sender
 
 from .checkpoint import Ledger, PartitionOffset, TrainerState, load_checkpoint, save_checkpoint
 from .config import BatchingConfig, TrainerConfig
+from .critic import build_critic
 from .engine import Process, build_training_engine, build_reference, gathered_weights, setup_process
 from .ready_intake import ReadyIntake
 from .objectives.chord import ChordObjective, as_expert
@@ -183,15 +184,16 @@ def run(cfg: TrainerConfig, context: RunContext, budget: Budget, stop: StopFlag 
     engine = build_training_engine(spec, cfg.engine, process, gradient_checkpointing=cfg.gradient_checkpointing,
                                    lora=cfg.lora)
     ref_model = build_reference(spec, process, engine) if objective.needs_reference else None
+    critic = build_critic(spec, cfg, process)  # PPO's value model, an engine of its own (None: critic-free)
     root = Path(cfg.checkpoint_dir).expanduser() / topics.owner
     root.mkdir(parents=True, exist_ok=True)
-    state = load_checkpoint(engine, root) or TrainerState()
+    state = load_checkpoint(engine, root, critic.model if critic else None) or TrainerState()
     tokenizer = build_tokenizer(spec)
     leader = (Leader(spec, cfg, kafka, topics, state, objective, root, fingerprint(tokenizer))
               if process.is_leader else None)
     try:
         _loop(engine, objective, ref_model, cfg, process, state, leader, root, stop, budget,
-              pad_id=tokenizer.pad_token_id)
+              pad_id=tokenizer.pad_token_id, critic=critic)
     finally:
         if leader:
             leader.close()
@@ -199,7 +201,7 @@ def run(cfg: TrainerConfig, context: RunContext, budget: Budget, stop: StopFlag 
 
 
 def _loop(engine: Any, objective: Objective, ref_model: Any, cfg: TrainerConfig, process: Process, state: TrainerState,
-          leader: Leader | None, root: Path, stop: StopFlag, budget: Budget, pad_id: int) -> None:
+          leader: Leader | None, root: Path, stop: StopFlag, budget: Budget, pad_id: int, critic: Any = None) -> None:
     shape = StepShape(cfg.micro_batch_tokens, cfg.mini_batches, cfg.ppo_epochs, cfg.batching.pad_to_multiple)
     if state.step > 0:
         # Resumed: announce the restored version first, so that workers holding weights from steps
@@ -211,7 +213,8 @@ def _loop(engine: Any, objective: Objective, ref_model: Any, cfg: TrainerConfig,
         if command.records:
             if hasattr(objective, "begin_step"):  # a schedule over steps (CHORD's μ), the same on every rank
                 objective.begin_step(state.step)
-            result = train_step(engine, objective, command.records, ref_model, process, pad_id=pad_id, shape=shape)
+            result = train_step(engine, objective, command.records, ref_model, process, pad_id=pad_id, shape=shape,
+                                critic=critic)
             if result.metrics["updates"]:  # a step none of whose updates applied leaves the version
                 state.step += 1
             if leader:
@@ -220,7 +223,8 @@ def _loop(engine: Any, objective: Objective, ref_model: Any, cfg: TrainerConfig,
             _publish(engine, leader)
         if command.checkpoint:
             snapshot = leader.snapshot() if leader else state
-            save_checkpoint(engine, root, snapshot, leader=process.is_leader, keep=cfg.keep_checkpoints)
+            save_checkpoint(engine, root, snapshot, leader=process.is_leader, keep=cfg.keep_checkpoints,
+                            critic=critic.model if critic else None)
             if leader:
                 leader.commit()
         if command.stop:

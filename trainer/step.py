@@ -12,8 +12,10 @@ holds the whole batch (the relay sends it to all), so every rank knows every tot
 
 The proximal policy of decoupled PPO is the weights before the first update: with more than one
 update per step, its log-probs are computed up front, once. So is an objective's `prepare` (a
-trainer-side advantage transform: REINFORCE++'s returns, a batch whitening): once per step, over the
-whole batch, before the batch is cut up, identically on every rank; so the cut changes nothing.
+trainer-side advantage transform: REINFORCE++'s returns, a batch whitening, GAE from a critic's values):
+once per step, over the whole batch, before the batch is cut up, identically on every rank; so the cut
+changes nothing. A critic (PPO) is a second engine accumulated over the same micro-batches against
+the same totals, and stepped in the same updates.
 """
 
 from __future__ import annotations
@@ -94,14 +96,15 @@ def plan(records: list[Record], objective: Objective, shape: StepShape, rank: in
 
 
 def prepare_step(objective: Objective, records: list[Record], ref_model: Any, shape: StepShape,
-                 collate: Callable[[list[Record]], Any]) -> tuple[list[Record], dict[str, float]]:
+                 collate: Callable[[list[Record]], Any], critic: Any = None) -> tuple[list[Record], dict[str, float]]:
     """The objective's pass over the whole step's batch, if it has one (`prepares_step`): every rank
-    runs it on every record, in forward passes of at most `micro_batch_tokens`. Returns the records in
-    their order, as the objective rewrote them, and its metrics."""
+    runs it on every record, in forward passes of at most `micro_batch_tokens` (with a critic, its
+    values too). Returns the records in their order, as the objective rewrote them, and its metrics."""
     if not getattr(objective, "prepares_step", False):
         return records, {}
     chunks = pack(records, objective, shape.micro_batch_tokens, shape.pad_to_multiple)
-    prepared, metrics = objective.prepare(chunks, (collate(c) for c in chunks), ref_model)
+    extra = {} if critic is None else {"critic": critic}
+    prepared, metrics = objective.prepare(chunks, (collate(c) for c in chunks), ref_model, **extra)
     by_id = {record_id(r): r for r in prepared}
     return [by_id[record_id(r)] for r in records], metrics
 
@@ -185,25 +188,34 @@ class TrainStepResult:
 
 
 def train_step(engine: Any, objective: Objective, records: list[Record], ref_model: Any, process: Process, *,
-               pad_id: int, shape: StepShape = StepShape()) -> TrainStepResult:
-    """Every update of one step on this rank; metrics are over all ranks (every rank gets them)."""
+               pad_id: int, shape: StepShape = StepShape(), critic: Any = None) -> TrainStepResult:
+    """Every update of one step on this rank; metrics are over all ranks (every rank gets them). With a
+    `critic` (trainer/critic.py), its values feed the prepare pass and its value loss is accumulated
+    over the same micro-batches in every update, after which its own engine steps too."""
     started = time.perf_counter()
     received = records  # what a caller gets back untrained: never the transformed advantages
     collate = lambda rs: to_device(objective.collate(rs or records[:1], pad_id=pad_id,
                                                      pad_to_multiple=shape.pad_to_multiple), process.device)
-    records, prepared = prepare_step(objective, records, ref_model, shape, collate)
+    records, prepared = prepare_step(objective, records, ref_model, shape, collate, critic)
     updates = plan(records, objective, shape, process.rank, process.world_size)
     batches = [[collate(m) for m in u.micro] for u in updates]
     if len(updates) * shape.ppo_epochs > 1:  # else the proximal policy is the current one
         batches = [[_with_proximal(b, objective.logprobs(engine, b)) for b in bs] for bs in batches]
     guard, tally = finite_guard(engine), Tally()
     trained: set[str] = set()
-    applied = skipped = 0
-    grad_norms: list[float] = []
+    applied = skipped = critic_applied = 0
+    grad_norms: list[float | None] = []
+    critic_norms: list[float | None] = []
     for _ in range(shape.ppo_epochs):
         for update, micro_batches in zip(updates, batches):
             accumulate(engine, objective, update, micro_batches, ref_model, process.world_size,
                        lambda loss: engine.backward(loss, scale_wrt_gas=False), tally)
+            if critic is not None:  # the same micro-batches, into the critic's own gradients
+                accumulate(critic.model, critic, update, micro_batches, None, process.world_size,
+                           lambda loss: critic.model.backward(loss, scale_wrt_gas=False), tally)
+                if critic.step():
+                    critic_applied += 1
+                    critic_norms.append(_finite_norm(critic.model))
             guard.applied = False
             engine.step()
             if not guard.applied:
@@ -211,17 +223,25 @@ def train_step(engine: Any, objective: Objective, records: list[Record], ref_mod
                 continue
             applied += 1
             trained.update(record_id(r) for r in update.records)
-            norm = engine.get_global_grad_norm()
-            if norm is not None and math.isfinite(float(norm)):
-                grad_norms.append(float(norm))
+            grad_norms.append(_finite_norm(engine))
     seconds = time.perf_counter() - started
     tokens = sum(record_tokens(r) for r in records)  # the whole batch, over all ranks
     metrics = {**prepared, **tally.result(len(updates) * shape.ppo_epochs, process.world_size),
                "updates": float(applied), "skipped_updates": float(skipped), "lr": float(engine.get_lr()[0]),
                "step_s": seconds, "tokens": float(tokens), "tokens_per_s": tokens / seconds if seconds > 0 else 0.0}
-    if grad_norms:
-        metrics["grad_norm"] = sum(grad_norms) / len(grad_norms)
+    for key, norms in (("grad_norm", grad_norms), ("critic_grad_norm", critic_norms)):
+        norms = [n for n in norms if n is not None]
+        if norms:
+            metrics[key] = sum(norms) / len(norms)
+    if critic is not None:
+        metrics.update(critic_updates=float(critic_applied), critic_lr=float(critic.model.get_lr()[0]))
     return TrainStepResult(metrics, [r for r in received if record_id(r) not in trained])
+
+
+def _finite_norm(engine: Any) -> float | None:
+    """The gradient norm of the engine's last step, if it reported a finite one."""
+    norm = engine.get_global_grad_norm()
+    return float(norm) if norm is not None and math.isfinite(float(norm)) else None
 
 
 def _with_proximal(batch: Any, logp: torch.Tensor | None) -> Any:

@@ -14,7 +14,7 @@ from undertow.processors.advantages import ADVANTAGES
 from undertow.trainer.algorithms import aggregations, policy_losses
 from tests.helpers import write_config
 
-BUILT_IN = ["cispo", "clip_cov", "dapo", "dppo", "dr_grpo", "gmpo", "gpg", "grpo", "gspo", "kl_cov", "opo", "pass_k", "reinforce",
+BUILT_IN = ["cispo", "clip_cov", "dapo", "dppo", "dr_grpo", "gmpo", "gpg", "grpo", "gspo", "kl_cov", "opo", "pass_k", "ppo", "reinforce",
             "reinforce_pp", "reinforce_pp_baseline", "rloo", "sapo"]
 
 
@@ -55,6 +55,17 @@ def test_a_preset_takes_options_and_an_on_policy_one_sets_staleness_on_both_side
     assert cfg.trainer.algorithm.kl.coef == 0.0 and cfg.trainer.algorithm.policy_loss["eps"] == 0.1
     opo = RunConfig.model_validate({"algorithm": "opo"})
     assert opo.trainer.batching.max_staleness == 0 and opo.rollout.max_staleness == 0
+
+
+def test_ppo_sets_a_critic_and_gae_and_a_file_may_tune_them():
+    cfg = RunConfig.model_validate({"algorithm": {"name": "ppo", "lam": 1.0}, "trainer": {"critic": {"lr": 3e-5}}})
+    algo = cfg.trainer.algorithm
+    assert algo.advantage_transform == {"name": "gae", "gamma": 1.0, "lam": 1.0}
+    assert algo.kl.placement == "reward" and algo.kl.estimator == "k1" and algo.kl.coef == 0.02
+    assert cfg.trainer.critic.lr == 3e-5 and cfg.trainer.critic.value_clip == 0.2
+    # Another transform leaves the preset's critic with nothing to read: the error names the field.
+    with pytest.raises(ValueError, match="critic: nothing reads the critic's values"):
+        RunConfig.model_validate({"algorithm": "ppo", "trainer": {"algorithm": {"advantage_transform": "batch_whiten"}}})
 
 
 def test_a_stage_keeps_its_own_settings_over_the_preset(tmp_path):

@@ -2,7 +2,8 @@
 one token, rewarded 1 when the token is in a fixed quarter of its vocabulary. Each step samples
 groups from the current weights (their behaviour log-probs recorded as a rollout worker does), runs
 the preset's processors pipeline (the no-broker harness), the trainer's once-per-step pass (an
-advantage transform), and minimises its trainer objective with Adam. The loss stays finite at every step and the reward rises."""
+advantage transform; with a critic, its values), and minimises its trainer objective with Adam (and a
+critic's clipped value loss with an Adam of its own). The loss stays finite at every step and the reward rises."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from undertow.infra.run.config import RunConfig
 from undertow.kernel.models import build_model
 from undertow.processors.harness import Harness
 from undertow.schemas import Experience
+from undertow.trainer.critic import Critic, value_model
 from undertow.trainer.objectives import objectives
 from undertow.trainer.step import StepShape, prepare_step
 
@@ -44,6 +46,11 @@ def test_each_preset_learns_with_a_finite_loss(name):
     objective = objectives.get(cfg.trainer.algorithm.objective)(cfg.trainer.algorithm)
     harness = Harness(cfg.processors.pipeline)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    critic = None
+    if cfg.trainer.critic:  # PPO's value model: its values feed GAE, its value loss trains it beside the policy
+        critic = Critic(value_model(cfg.model), aggregation=cfg.trainer.algorithm.aggregation,
+                        value_clip=cfg.trainer.critic.value_clip)
+        critic_optimizer = torch.optim.Adam(critic.model.parameters(), lr=3e-3)
     rewards = []
     for step in range(STEPS):
         experiences = sample(model, step, rewarded)
@@ -52,12 +59,18 @@ def test_each_preset_learns_with_a_finite_loss(name):
         if not ready:  # every group dropped (dynamic sampling): nothing to learn from
             continue
         collate = lambda rs: objective.collate(rs, pad_id=0, pad_to_multiple=1)
-        ready, _ = prepare_step(objective, ready, reference, StepShape(pad_to_multiple=1), collate)  # as train_step
+        ready, _ = prepare_step(objective, ready, reference, StepShape(pad_to_multiple=1), collate, critic)  # as train_step
         batch = collate(ready)
         loss = objective.loss(model, batch, reference, objective.totals(ready)).loss
         assert torch.isfinite(loss), (name, step, loss)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        if critic is not None:
+            value_loss = critic.loss(critic.model, batch, None, objective.totals(ready)).loss
+            assert torch.isfinite(value_loss), (name, step, value_loss)
+            critic_optimizer.zero_grad()
+            value_loss.backward()
+            critic_optimizer.step()
     first, last = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
     assert last >= first + 0.2, f"{name}: reward {first:.2f} -> {last:.2f} ({[round(r, 2) for r in rewards]})"

@@ -21,14 +21,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_script(out: Path, engine: dict, port: int, nproc: int = 1, *args: str, shape: dict | None = None,
-               algorithm: dict | None = None) -> list[dict]:
+               algorithm: dict | None = None, critic: dict | None = None) -> list[dict]:
     """Each rank's output: losses, metrics per step, untrained ids, and the sha256 of its weights."""
     out.mkdir()
     launcher = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", str(port)] \
         if nproc > 1 else [PYTHON]
     cmd = [*launcher, "tests/trainer/engine_script.py", "--out", str(out),
            "--engine", json.dumps({**engine, "master_port": port}), "--shape", json.dumps(shape or {}),
-           "--algorithm", json.dumps(algorithm or {}), *args]
+           "--algorithm", json.dumps(algorithm or {}), *(["--critic", json.dumps(critic)] if critic else []), *args]
     env = trainer_env(port)
     # the repository root for `tests.`; a caller's own path after it (a worktree's package link)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
@@ -126,3 +126,49 @@ def test_an_advantage_transform_trains_the_same_on_two_ranks_in_micro_and_mini_b
         assert run["untrained"] == [[], []]
     assert ranks[0]["losses"] == pytest.approx(whole[0]["losses"], abs=1e-6)
     assert [m["grad_norm"] for m in ranks[0]["metrics"]] == pytest.approx([m["grad_norm"] for m in whole[0]["metrics"]], rel=1e-5)
+
+
+PPO = {"advantage_transform": {"name": "gae", "lam": 0.95}}
+
+
+def test_ppo_with_a_critic_trains_the_same_on_two_ranks_in_micro_and_mini_batches(tmp_path: Path):
+    """The critic is a second DeepSpeed engine: its values once per step over the whole batch (GAE), its
+    clipped value loss in every update beside the policy's. Two ZeRO-2 ranks in micro-batches and two
+    mini-batches train both models as one process does in whole passes."""
+    critic = {"lr": 0.01, "value_clip": 0.2}
+    whole = run_script(tmp_path / "whole", {"zero_stage": 0, "lr": 0.01}, 29564, shape={"mini_batches": 2},
+                       algorithm=PPO, critic=critic)
+    ranks = run_script(tmp_path / "two", {"zero_stage": 2, "lr": 0.01}, 29565, 2,
+                       shape={"micro_batch_tokens": 16, "mini_batches": 2}, algorithm=PPO, critic=critic)
+    assert ranks[0]["sha256"] == ranks[1]["sha256"] and ranks[0]["critic_sha256"] == ranks[1]["critic_sha256"]
+    for run in (whole[0], *ranks):
+        first, second = run["metrics"]
+        assert first["critic_updates"] == second["critic_updates"] == 2 and run["untrained"] == [[], []]
+        # The head starts at 0: the first step's values are 0, so R = the outcome reward (γ = 1) and
+        # nothing varies in V to explain R; after one step V explains part of R. The second update of
+        # the first step moved V past ε_v on some tokens: the clip bound (on one machine, 2026-12-03:
+        # a quarter of the tokens, and explained variance 0.19).
+        assert first["value_mean"] == 0.0 and first["explained_variance"] == pytest.approx(0.0, abs=1e-9)
+        assert first["vf_clip_fraction"] > 0.05 and second["explained_variance"] > 0.05
+    for key in ("loss", "value_loss", "vf_clip_fraction", "value_mean", "explained_variance", "grad_norm",
+                "critic_grad_norm"):
+        assert [m[key] for m in ranks[0]["metrics"]] == pytest.approx([m[key] for m in whole[0]["metrics"]],
+                                                                      rel=1e-5, abs=1e-6), key
+    for name, value in whole[0]["critic"].items():  # Adam's rounding-noise caveat above: a tenth of a step
+        torch.testing.assert_close(torch.tensor(ranks[0]["critic"][name]), torch.tensor(value), atol=1e-3, rtol=0)
+
+
+def test_the_critic_resumes_from_the_policys_checkpoint(tmp_path: Path):
+    """Three steps straight equal two steps, a checkpoint, and one step in a new process that loaded
+    it: the critic's weights and Adam state come back with the policy's."""
+    engine, critic = {"zero_stage": 0, "lr": 0.01}, {"lr": 0.01}
+    straight = run_script(tmp_path / "straight", engine, 29566, 1, "--steps", "3", algorithm=PPO, critic=critic)
+    ckpt = tmp_path / "ckpt"
+    run_script(tmp_path / "first", engine, 29567, 1, "--steps", "2", "--resume", str(ckpt), algorithm=PPO,
+               critic=critic)
+    assert (ckpt / "step-00000002" / "critic").is_dir()
+    second = run_script(tmp_path / "second", engine, 29568, 1, "--steps", "1", "--resume", str(ckpt),
+                        algorithm=PPO, critic=critic)
+    assert second[0]["metrics"][0]["value_loss"] == straight[0]["metrics"][2]["value_loss"]
+    assert second[0]["losses"] == straight[0]["losses"][2:]
+    assert second[0]["critic_sha256"] == straight[0]["critic_sha256"] and second[0]["sha256"] == straight[0]["sha256"]

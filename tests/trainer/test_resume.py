@@ -1,4 +1,5 @@
-"""SIGKILL after step 3 under ZeRO-2, restart: every experience trained exactly once; SIGTERM stops cleanly."""
+"""SIGKILL after step 3 under ZeRO-2, restart: every experience trained exactly once; SIGTERM stops cleanly.
+The trainer runs PPO with a critic, whose weights and optimizer come back from the checkpoint too."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from kafka import KafkaConsumer, TopicPartition
 from undertow.streams import Topics
 from tests.helpers import wait_for
 
-from .helpers import finish, make_group, produce, start_trainer, write_config
+from undertow.schemas import MetricEvent
+
+from .helpers import finish, make_group, produce, read_all, start_trainer, write_config
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -29,7 +32,8 @@ def test_sigkill_then_resume_trains_every_experience_exactly_once(kafka, namespa
     batches = [[e for g in (2 * b, 2 * b + 1) for e in make_group(f"task-{g}")] for b in range(5)]  # 5 x 8
     config = write_config(tmp_path, namespace, {
         "engine": {"zero_stage": 2, "lr": 0.01}, "batching": {"experiences": 8, "max_staleness": 10},
-        "checkpoint_every": 2, "sync_every": 2})
+        "checkpoint_every": 2, "sync_every": 2,
+        "algorithm": {"advantage_transform": "gae"}, "critic": {"lr": 0.01}})
     root = tmp_path / "ckpt" / namespace
 
     first = start_trainer(config, port=29541)
@@ -57,6 +61,10 @@ def test_sigkill_then_resume_trains_every_experience_exactly_once(kafka, namespa
     assert (root / "LATEST").read_text() == "step-00000005"
     state = json.loads((root / "step-00000005" / "trainer_state.json").read_text())
     assert state["step"] == 5 and state["published_version"] == 5 and len(state["trained_ids"]) == 40
+    # The critic came back from step 2's checkpoint: a fresh one's head is 0, and so would be every value.
+    assert (root / "step-00000005" / "critic").is_dir() and "has no critic" not in out
+    metrics = {m.step: m.values for m in read_all(kafka, topics.metrics, expect=MetricEvent) if m.component == "trainer"}
+    assert metrics[1]["value_mean"] == 0.0 and metrics[3]["value_mean"] != 0.0 and metrics[4]["value_mean"] != 0.0
 
     consumer = KafkaConsumer(**kafka.kafka_python(), group_id="undertow-trainer", enable_auto_commit=False)
     parts = [TopicPartition(topics.ready, p) for p in consumer.partitions_for_topic(topics.ready)]

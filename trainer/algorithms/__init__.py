@@ -4,14 +4,15 @@ trainer-side advantage transforms.
 Importing this package registers every built-in; a config names one by short name or dotted path.
 """
 
-from . import (advantage, aggregation, cispo, decoupled_ppo, dppo, entropy_cov, gmpo, gspo, kl,  # noqa: F401  (registers)
+from . import (advantage, aggregation, cispo, decoupled_ppo, dppo, entropy_cov, gae, gmpo, gspo, kl,  # noqa: F401
                ppo, reinforce, sapo)
-from .base import (AdvantageInputs, LossOut, PolicyInputs, Totals, advantage_transforms, aggregations, kl_estimators,
+from .base import (AdvantageInputs, AdvantageOut, LossOut, PolicyInputs, Totals, advantage_transforms, aggregations, kl_estimators,
                    masked, masked_mean, policy_losses)
 from .dpo import DPOOut, dpo_loss, preference_losses
+from .gae import clipped_value_loss, explained_variance
 from .kl import bias_corrected, entropy
 from .sft import sft_token_loss
 
-__all__ = ["AdvantageInputs", "DPOOut", "LossOut", "PolicyInputs", "Totals", "advantage_transforms", "aggregations",
-           "bias_corrected", "dpo_loss", "entropy", "kl_estimators",
+__all__ = ["AdvantageInputs", "AdvantageOut", "DPOOut", "LossOut", "PolicyInputs", "Totals", "advantage_transforms",
+           "aggregations", "bias_corrected", "clipped_value_loss", "dpo_loss", "explained_variance", "entropy", "kl_estimators",
            "masked", "masked_mean", "policy_losses", "preference_losses", "sft_token_loss"]

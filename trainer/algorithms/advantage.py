@@ -4,7 +4,9 @@ result does not depend on how the step is cut. The processors see one prompt gro
 reference model; what needs the batch's statistics or the reference's per-token KL happens here.
 
 A transform takes `AdvantageInputs` (response-aligned [B, L] tensors; see base.py) and returns the
-advantages [B, L] the policy loss will see; it is 0 where `mask` is 0.
+advantages [B, L] the policy loss will see; it is 0 where `mask` is 0. One marked `needs_values`
+(gae.py: PPO's GAE) also gets the critic's values and returns an `AdvantageOut`, the advantages and
+the returns the critic regresses on; configuring it requires `trainer.critic`.
 
     batch_whiten   A_t ← whiten(A_t − β KL_t)                       REINFORCE++-baseline's second half
     reinforce_pp   r_t = −β KL_t (+ the outcome reward on the last trained token)
@@ -70,11 +72,16 @@ def reinforce_pp(inp: AdvantageInputs, *, gamma: float = 1.0) -> torch.Tensor:
     compute_reinforce_plus_plus_outcome_advantage. The processors' advantages are ignored."""
     if not 0.0 <= gamma <= 1.0:
         raise ValueError(f"gamma: expected a discount in [0, 1], got {gamma}")
-    mask = inp.mask  # [B, L]
+    token_rewards = outcome_rewards(inp.rewards, inp.mask) - inp.kl_penalty  # [B, L]
+    return whiten(discounted_returns(token_rewards, inp.mask, gamma), inp.mask)
+
+
+def outcome_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The outcome reward of each row [B] on its last trained token, 0 elsewhere: [B, L]. A row with
+    nothing trained gets nothing."""
     positions = torch.arange(mask.shape[1], device=mask.device)  # [L]
     last = torch.where(mask > 0, positions, -1).max(-1).values  # [B], −1 for a row with nothing trained
     outcome = torch.zeros_like(mask)
     rows = (last >= 0).nonzero().squeeze(-1)
-    outcome[rows, last[rows]] = inp.rewards[rows].to(mask.dtype)
-    token_rewards = outcome - inp.kl_penalty  # [B, L]
-    return whiten(discounted_returns(token_rewards, mask, gamma), mask)
+    outcome[rows, last[rows]] = rewards[rows].to(mask.dtype)
+    return outcome

@@ -47,6 +47,16 @@ class AdvantageInputs:
     advantages: torch.Tensor  # what the processors computed (a sequence's scalar on each of its tokens)
     rewards: torch.Tensor  # [B] the outcome reward of each sequence
     kl_penalty: torch.Tensor  # β · KL_t(π_behaviour ‖ π_ref) when the KL goes into the reward, else zeros
+    values: torch.Tensor | None = None  # V(s_t) of the critic at the step's start; None without a critic
+
+
+@dataclass
+class AdvantageOut:
+    """What a transform that trains a critic returns (a plain one returns the advantages alone):
+    the advantages [B, L] and the critic's regression targets, the returns [B, L]."""
+
+    advantages: torch.Tensor
+    returns: torch.Tensor
 
 
 @dataclass

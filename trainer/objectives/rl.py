@@ -4,7 +4,10 @@ or an advantage penalty) and an entropy bonus, aggregated against the step's tot
 With an advantage transform (REINFORCE++'s returns, a batch whitening), `prepare` runs once per step
 over the whole batch before the step loop cuts it into mini- and micro-batches, and rewrites the
 records' advantages; with the KL in the reward, it is KL(π_behaviour ‖ π_ref), folded into the token
-rewards there (as verl's apply_kl_penalty does with the policy that sampled), not in the loss."""
+rewards there (as verl's apply_kl_penalty does with the policy that sampled), not in the loss.
+With a critic (PPO: the `gae` transform, trainer/algorithms/gae.py), the same pass runs the critic
+over the whole batch once: its values feed GAE, and the records come back as `ValuedExperience`,
+carrying the critic's returns and old values into the step's value loss (trainer/critic.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +16,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterable
 import torch
 
 from undertow.schemas import Experience
-from undertow.trainer.algorithms import (AdvantageInputs, PolicyInputs, Totals, advantage_transforms, aggregations,
-                                         bias_corrected, entropy, kl_estimators, masked, masked_mean, policy_losses)
-from undertow.trainer.batch import SequenceBatch
+from undertow.trainer.algorithms import (AdvantageInputs, AdvantageOut, PolicyInputs, Totals, advantage_transforms,
+                                         aggregations, bias_corrected, entropy, explained_variance, kl_estimators,
+                                         masked, masked_mean, policy_losses)
+from undertow.trainer.batch import SequenceBatch, ValuedExperience
 
 from .api import ExperienceObjective, StepLoss, objectives, policy_logprobs, reference_logprobs
 
@@ -38,6 +42,8 @@ class RLObjective(ExperienceObjective):
         self.entropy_coef, self.temperature = algo.entropy_coef, algo.temperature
         transform = algo.advantage_transform
         self.transform = None if transform is None else advantage_transforms.resolve(transform)
+        # A transform that reads values (gae) gets the critic's, computed in the prepare pass.
+        self.reads_values = bool(self.transform and getattr(self.transform.obj, "needs_values", False))
 
     @property
     def needs_reference(self) -> bool:
@@ -54,41 +60,64 @@ class RLObjective(ExperienceObjective):
         return self.prepares_step and self.needs_reference and self.kl_placement == "reward"
 
     def prepare(self, chunks: list[list[Experience]], batches: Iterable[SequenceBatch],
-                ref_model: Any = None) -> tuple[list[Experience], dict[str, float]]:
+                ref_model: Any = None, critic: Any = None) -> tuple[list[Experience], dict[str, float]]:
         """The advantage transform over the whole step's batch (`chunks`, its records cut to fit a
         forward pass; `batches`, them collated). Returns the records, in chunk order, with the new
-        advantages, and metrics of the step."""
+        advantages (with a critic: as `ValuedExperience`, with the critic's returns and old values),
+        and metrics of the step."""
         records = [e for chunk in chunks for e in chunk]
         width = max(1, max(len(e.response_tokens) for e in records))
         mask = torch.zeros(len(records), width, dtype=torch.float64)  # [B, L], response-aligned
-        adv, kl = torch.zeros_like(mask), torch.zeros_like(mask)
+        adv = torch.zeros_like(mask)
         for i, e in enumerate(records):
             n = len(e.response_tokens)
             mask[i, :n] = torch.tensor(e.loss_mask or [1] * n, dtype=torch.float64)
             if e.advantages:
                 adv[i, :n] = torch.tensor(e.advantages, dtype=torch.float64)
         rewards = torch.tensor([e.reward or 0.0 for e in records], dtype=torch.float64)  # [B]
-        if self.kl_in_rewards:
-            kl = self.kl_coef * masked(self._behaviour_kl(chunks, batches, ref_model, width), mask)
-        new = self.transform.obj(AdvantageInputs(mask, adv, rewards, kl), **self.transform.kwargs)  # [B, L]
-        out = [e.model_copy(update={"advantages": new[i, :len(e.response_tokens)].tolist()})
-               for i, e in enumerate(records)]
+        if self.reads_values and critic is None:
+            raise ValueError("critic: the advantage_transform needs a critic's values; set trainer.critic")
+        kl, values = self._per_token(chunks, batches, ref_model, critic if self.reads_values else None, width)
+        kl = self.kl_coef * masked(kl, mask) if self.kl_in_rewards else torch.zeros_like(mask)
+        out = self.transform.obj(AdvantageInputs(mask, adv, rewards, kl, values), **self.transform.kwargs)
+        new, returns = (out.advantages, out.returns) if isinstance(out, AdvantageOut) else (out, None)  # [B, L]
         metrics = {"advantage_mean": masked_mean(new, mask).item(), "advantage_abs_max": new.abs().max().item()}
         if self.kl_in_rewards:
             metrics["kl"] = masked_mean(kl, mask).item() / self.kl_coef
-        return out, metrics
+        if returns is None:
+            return [e.model_copy(update={"advantages": new[i, :len(e.response_tokens)].tolist()})
+                    for i, e in enumerate(records)], metrics
+        rows = lambda t, i: t[i, :len(records[i].response_tokens)].tolist()
+        metrics.update(value_mean=masked_mean(values, mask).item(), returns_mean=masked_mean(returns, mask).item())
+        explained = explained_variance(values, returns, mask)
+        if explained is not None:
+            metrics["explained_variance"] = explained
+        return [ValuedExperience.of(e, rows(new, i), rows(returns, i), rows(masked(values, mask), i))
+                for i, e in enumerate(records)], metrics
 
-    def _behaviour_kl(self, chunks: list[list[Experience]], batches: Iterable[SequenceBatch], ref_model: Any,
-                      width: int) -> torch.Tensor:
-        """KL_t(π_behaviour ‖ π_ref) of every record's response tokens, [B, width], response-aligned."""
-        rows = []
+    def _per_token(self, chunks: list[list[Experience]], batches: Iterable[SequenceBatch], ref_model: Any,
+                   critic: Any, width: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One forward pass per chunk: KL_t(π_behaviour ‖ π_ref) when it goes into the rewards (else 0)
+        and the critic's V(s_t) when there is one (else None), of every record's response tokens,
+        [B, width] float64, response-aligned."""
+        if not self.kl_in_rewards and critic is None:  # nothing to run: no forward pass, no collation
+            return torch.zeros(sum(len(c) for c in chunks), width, dtype=torch.float64), None
+        kl_rows, value_rows = [], []
+
+        def rows(per_token: torch.Tensor, chunk: list[Experience]) -> list[torch.Tensor]:  # [b, T-1] -> b × [width]
+            per_token = per_token.detach().double().cpu()
+            return [torch.nn.functional.pad(per_token[j, len(e.prompt_tokens) - 1:][:len(e.response_tokens)],
+                                            (0, width - len(e.response_tokens))) for j, e in enumerate(chunk)]
+
         for chunk, batch in zip(chunks, batches):
-            ref = reference_logprobs(ref_model, batch, self.temperature)  # [b, T-1]
-            per_token = self.kl.obj(batch.behaviour_logp.to(ref.dtype), ref).detach().double().cpu()  # [b, T-1]
-            for j, e in enumerate(chunk):
-                start, n = len(e.prompt_tokens) - 1, len(e.response_tokens)
-                rows.append(torch.nn.functional.pad(per_token[j, start:start + n], (0, width - n)))
-        return torch.stack(rows)
+            if self.kl_in_rewards:
+                ref = reference_logprobs(ref_model, batch, self.temperature)  # [b, T-1]
+                kl_rows += rows(self.kl.obj(batch.behaviour_logp.to(ref.dtype), ref), chunk)
+            else:
+                kl_rows += [torch.zeros(width, dtype=torch.float64)] * len(chunk)
+            if critic is not None:
+                value_rows += rows(critic.values(batch), chunk)  # [b, T-1]: V(s_t)
+        return torch.stack(kl_rows), torch.stack(value_rows) if critic is not None else None
 
     def _agg(self, token_values: torch.Tensor, mask: torch.Tensor, totals: Totals | None) -> torch.Tensor:
         return self.aggregate.obj(token_values, mask, totals, **self.aggregate.kwargs)
