@@ -202,8 +202,6 @@ class TrainerConfig(_Section):
     gradient_checkpointing: bool = Field(False, description="recompute activations in backward (less memory)")
     lora: LoraConfig | None = Field(None, description="train LoRA adapters only and publish adapter-only updates")
     mixing: MixingConfig | None = Field(None, description="mix expert demonstrations into RL steps (CHORD)")
-
-
     critic: CriticConfig | None = Field(None, description="a value model for the advantage_transform gae (PPO "
                                                           "with a critic); None: critic-free")
     sync_every: int = Field(1, ge=1, description="publish weights every this many steps (and at the end)")
