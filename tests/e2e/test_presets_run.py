@@ -3,8 +3,9 @@ through the broker), a short SFT warm-up, then one stage per preset, each starte
 Every stage's losses are finite with no update skipped, the reward does not fall, and the preset's
 own rules hold in the live loop (an on-policy preset trains at staleness 0 only).
 
-CI runs presets that exercise each part a preset sets: processors filters and shaping (dapo), an
-on-policy bound on both sides (opo), a trainer-side pass over the whole batch (reinforce_pp). UNDERTOW_PRESETS=all (or a comma
+CI runs two presets that between them exercise each part a preset sets: processors filters and shaping
+(dapo), a trainer-side pass over the whole batch with a critic (ppo); an on-policy bound on both sides
+is tests/e2e/test_vllm_run.py's last stage. UNDERTOW_PRESETS=all (or a comma
 list) runs every registered one the same way."""
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from tests.e2e.test_loop import ROOT
 from tests.run_output import only_run_dir, undertow_run, wait_run
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
-CI_PRESETS = ["dapo", "opo", "reinforce_pp"]
+CI_PRESETS = ["dapo", "ppo"]
 STEPS = 20
 
 
@@ -41,7 +42,7 @@ def preset_run_config(tmp_path: Path, names: list[str]) -> Path:
     del cfg["trainer"]["batching"]["max_staleness"], cfg["eval"]
     cfg["namespace"] = "presets"
     warmup = cfg["run"]["stages"][0]
-    warmup["steps"] = 30
+    warmup["steps"] = 20
     cfg["run"].update(archive=False, stages=[warmup, *({"name": n.replace(".", "-"), "steps": STEPS, "algorithm": n}
                                                        for n in names)])
     path = tmp_path / "presets.yaml"

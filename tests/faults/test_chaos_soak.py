@@ -1,5 +1,5 @@
 """The chaos soak's short version (benchmarks/chaos_soak.py): the processor worker SIGKILLed five
-times in about a minute and a half, poison on the raw topic, on 3 brokers, RL from the demo's
+times in about a minute, poison on the raw topic, on 3 brokers, RL from the demo's
 warm-up. The run must finish under the default restart policy with nothing lost, nothing trained
 twice and no task missing."""
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_five_kills_of_the_processors_in_a_few_minutes_lose_nothing(demo_warm_start, tmp_path):
     figures = tmp_path / "soak.json"
     cmd = [sys.executable, "benchmarks/chaos_soak.py", "--minutes", "3", "--components", "processors",
-           "--kills", "5", "--kill-every-s", "15", "25", "--broker-every-s", "0", "--default-policy", "--workdir", str(tmp_path / "w"),
+           "--kills", "5", "--kill-every-s", "10", "15", "--broker-every-s", "0", "--default-policy", "--workdir", str(tmp_path / "w"),
            "--init-from", str(demo_warm_start), "--json", str(figures)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1400)
     print(proc.stdout[-3000:])

@@ -111,30 +111,15 @@ def test_a_non_finite_step_is_skipped_on_every_rank(tmp_path: Path, zero_stage: 
     assert m["updates"] == 0 and m["skipped_updates"] == 1 and len(ranks[0]["untrained"][0]) == 8
 
 
-def test_an_advantage_transform_trains_the_same_on_two_ranks_in_micro_and_mini_batches(tmp_path: Path):
-    """batch_whiten (REINFORCE++-baseline) runs once per step over the whole batch inside train_step: two
-    ranks in micro-batches and two mini-batches per step train what one process does in whole passes."""
-    algorithm = {"advantage_transform": "batch_whiten"}
-    whole = run_script(tmp_path / "whole", {"zero_stage": 0, "lr": 0.01}, 29562, shape={"mini_batches": 2},
-                       algorithm=algorithm)
-    ranks = run_script(tmp_path / "two", {"zero_stage": 2, "lr": 0.01}, 29563, 2,
-                       shape={"micro_batch_tokens": 16, "mini_batches": 2}, algorithm=algorithm)
-    for run in (whole[0], *ranks):
-        # make_group's advantages are ±1 on each of the step's 16 tokens (8 answers of 2), half each: mean 0,
-        # unbiased std √(16/15), so whitened over the whole step ±√(15/16); per rank or mini-batch it would not be
-        assert [m["advantage_abs_max"] for m in run["metrics"]] == pytest.approx([(15 / 16) ** 0.5] * 2)
-        assert run["untrained"] == [[], []]
-    assert ranks[0]["losses"] == pytest.approx(whole[0]["losses"], abs=1e-6)
-    assert [m["grad_norm"] for m in ranks[0]["metrics"]] == pytest.approx([m["grad_norm"] for m in whole[0]["metrics"]], rel=1e-5)
-
-
 PPO = {"advantage_transform": {"name": "gae", "lam": 0.95}}
 
 
 def test_ppo_with_a_critic_trains_the_same_on_two_ranks_in_micro_and_mini_batches(tmp_path: Path):
-    """The critic is a second DeepSpeed engine: its values once per step over the whole batch (GAE), its
-    clipped value loss in every update beside the policy's. Two ZeRO-2 ranks in micro-batches and two
-    mini-batches train both models as one process does in whole passes."""
+    """The critic is a second DeepSpeed engine: its values once per step over the whole batch (GAE, whitened
+    over the whole step: the once-per-step pass every advantage transform runs; tests/trainer/test_step.py
+    checks batch_whiten and reinforce_pp on simulated ranks), its clipped value loss in every update beside
+    the policy's. Two ZeRO-2 ranks in micro-batches and two mini-batches train both models as one process
+    does in whole passes."""
     critic = {"lr": 0.01, "value_clip": 0.2}
     whole = run_script(tmp_path / "whole", {"zero_stage": 0, "lr": 0.01}, 29564, shape={"mini_batches": 2},
                        algorithm=PPO, critic=critic)
