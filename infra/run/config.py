@@ -109,9 +109,9 @@ class RunConfig(BaseModel):
 
     namespace: str = Field("undertow", pattern=NAMESPACE_PATTERN, description="topic namespace (stages add -<stage name>)")
     algorithm: str | dict[str, Any] | None = Field(None, description=(
-        "an algorithm preset (infra/algorithms/: grpo, dapo, dr_grpo, gspo, gmpo, cispo, rloo, reinforce, gpg, "
-        "opo; or a dotted path, or {name: …, **options}): the processors' advantage and the trainer's loss in one "
-        "place; what the sections set explicitly overrides it (`undertow algorithms` lists them)"))
+        "an algorithm preset (infra/algorithms/, e.g. grpo, dapo, ppo, reinforce_pp; a dotted path; or {name: …, "
+        "**options}): the processors' advantage and the trainer's loss in one place; what the sections set "
+        "explicitly overrides it (`undertow algorithms` lists every one and what it sets)"))
     kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="brokers; none: a local one is started")
     model: ModelSpec = Field(default_factory=ModelSpec, description="the policy model")
     feeder: FeederConfig = Field(default_factory=FeederConfig, description="the task feeder")
