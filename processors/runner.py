@@ -48,6 +48,8 @@ class PipelineJob:
 
     def __init__(self, pipeline: Pipeline, topics: Topics, worker: str):
         self.pipeline, self.topics, self.worker = pipeline, topics, worker
+        # A stage that may take seconds on a batch (a model scorer) says so: its batches run off the loop.
+        self.runs_off_loop = any(getattr(s.impl, "runs_off_loop", False) for s in pipeline.stages)
 
     def handle(self, batch: list[SourceRecord]) -> list[Send | DeadLetter]:
         return self.outputs(self.pipeline.push([Arrival(r.record, r.partition, r.offset, r.value) for r in batch]))

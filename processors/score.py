@@ -61,6 +61,7 @@ class Score:
         self.scores = [STREAM_SCORES.resolve(e).bind() for e in scores]
         self.scorer = SCORERS.resolve(scorer).bind() if scorer is not None else None
         self.batch_size, self.add_to_reward, self.overwrite = batch_size, add_to_reward, overwrite
+        self.runs_off_loop = self.scorer is not None  # a model's batch takes seconds (streams/faust/worker.py)
 
     def process_batch(self, exps: list[Experience]) -> list[Experience | Reject]:
         components = [self._rewards(exp) for exp in exps]
