@@ -15,17 +15,17 @@ from undertow.rollout.config import TasksetConfig
 from undertow.rollout.feeder.items import TaskItem, load_items
 
 
-def prompt_of(item: TaskItem) -> str:
+def prompt_of(item: TaskItem) -> tuple[str, str]:
     """What identifies an item's prompt: its text and its messages."""
-    return json.dumps([item.prompt, item.messages], sort_keys=True)
+    return item.prompt, json.dumps(item.messages, sort_keys=True) if item.messages else ""
 
 
 @lru_cache(maxsize=32)
-def _prompts(source: str) -> frozenset[str]:
+def _prompts(source: str) -> frozenset[tuple[str, str]]:
     return frozenset(prompt_of(i) for i in load_items(json.loads(source)))
 
 
-def prompts(taskset: TasksetConfig) -> frozenset[str]:
+def prompts(taskset: TasksetConfig) -> frozenset[tuple[str, str]]:
     """Every prompt the taskset's source can give (loaded once per process for each source)."""
     return _prompts(json.dumps(taskset.source, sort_keys=True))
 
