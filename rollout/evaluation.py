@@ -70,8 +70,9 @@ class Evaluator:
         self.ctx = WorkflowContext(engine=engine, sampling=rollout.sampling, reward=self.reward,
                                    chat_template=rollout.chat_template)
         longest = cfg.max_new_tokens or rollout.sampling.max_new_tokens
-        self.greedy = SamplingParams(temperature=rollout.sampling.temperature, max_new_tokens=longest, greedy=True)
-        self.sampled = SamplingParams(temperature=cfg.temperature, max_new_tokens=longest)
+        # Rewards need answers, not log-probs: the engines skip computing them (a forward pass per batch).
+        self.greedy = SamplingParams(max_new_tokens=longest, greedy=True, logprobs=False)
+        self.sampled = SamplingParams(temperature=cfg.temperature, max_new_tokens=longest, logprobs=False)
         self.heldout = [load_heldout(t, cfg.max_tasks) for t in cfg.tasksets]
 
     def evaluate(self, version: int) -> list[EvalResult]:

@@ -22,13 +22,15 @@ class SamplingParams(BaseModel):
     max_new_tokens: int = Field(32, ge=1, description="longest response per generation, in tokens")
     greedy: bool = Field(False, description="the most likely token each step instead of a sample (evaluation); "
                                             "log-probs are still those of softmax(logits / temperature)")
+    logprobs: bool = Field(True, description="record each token's behaviour log-prob (what training needs); "
+                                             "evaluation asks for none and the engine skips computing them")
 
 
 @dataclass
 class Sample:
     """One generated continuation of one prompt.
 
-    `logprobs[i]` is log p(tokens[i]) under softmax(logits / temperature) of the full vocabulary, as
+    `logprobs[i]` (empty when the sampling asked for none) is log p(tokens[i]) under softmax(logits / temperature) of the full vocabulary, as
     `schemas.logprobs` defines it (top-p shapes what is sampled, not this number), so the trainer
     recomputes the same value from the same weights.
     """

@@ -96,6 +96,9 @@ class TransformersEngine:
         out = self.model.generate(input_ids=ids, attention_mask=mask, **sampling, max_new_tokens=new_tokens,
                                   pad_token_id=pad, eos_token_id=eos)  # [B, P + N]
         responses = [self._cut(row.tolist(), eos) for row in out[:, width:]]
+        if not params.logprobs:  # the scoring pass is a forward over every row: skipped when unasked
+            return [Sample(tokens=t, text=self.tokenizer.decode(t, skip_special_tokens=True), logprobs=[],
+                           finish_reason=reason) for t, reason in responses]
         return self._score(ids, mask, responses, params)
 
     @staticmethod

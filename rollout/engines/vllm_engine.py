@@ -99,7 +99,7 @@ class VLLMEngine:
         if params.greedy:
             groups = [[replace(g, tokens=list(g.tokens), logprobs=list(g.logprobs)) for g in group * n]
                       for group in groups]
-        if params.greedy and params.temperature != 1.0:  # vLLM's greedy log-probs are at temperature 1
+        if params.greedy and params.logprobs and params.temperature != 1.0:  # vLLM's greedy ones are at temperature 1
             for prompt, group in zip(prompts, groups):
                 for s in group:
                     s.logprobs = self.logprobs(prompt, s.tokens, params.temperature) if s.tokens else []
@@ -168,12 +168,12 @@ class VLLMEngine:
             raise ValueError(f"prompt of {prompt_len} tokens leaves no room in a context of {self.max_length}")
         # The tokenizer's EOS ends a response, as in the transformers engine (included in the tokens).
         return VSampling(n=n, temperature=0.0 if params.greedy else params.temperature, top_p=1.0, top_k=0,
-                         max_tokens=room, logprobs=0,
+                         max_tokens=room, logprobs=0 if params.logprobs else None,
                          stop_token_ids=[self.tokenizer.eos_token_id], detokenize=False)
 
     def _sample(self, completion: Any) -> Sample:
         tokens = list(completion.token_ids)
         reason: Literal["stop", "length"] = "stop" if completion.finish_reason == "stop" else "length"
         return Sample(tokens=tokens, text=self.tokenizer.decode(tokens, skip_special_tokens=True),
-                      logprobs=[position[t].logprob for position, t in zip(completion.logprobs, tokens)],
+                      logprobs=[position[t].logprob for position, t in zip(completion.logprobs or [], tokens)],
                       finish_reason=reason)

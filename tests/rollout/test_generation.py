@@ -147,3 +147,14 @@ def test_reference_workflow_emits_the_answer_with_policy_logprobs(engine):
     assert trainer_logprobs(ModelSpec(), exps[:1], 1.0)[0] == pytest.approx(exps[0].behaviour_logprobs, abs=1e-4)
     with pytest.raises(ValueError, match="needs task.answer"):
         build_workflow("reference")(Task(task_id="r2", prompt="hi"), ctx)
+
+
+def test_answers_without_logprobs_are_the_same_answers_and_skip_the_scoring_pass(engine, monkeypatch):
+    """Evaluation asks for no log-probs: the same greedy answers, and no forward pass to score them."""
+    prompts = [engine.tokenizer("What is 2+3?")["input_ids"], engine.tokenizer("Say 7")["input_ids"]]
+    scored = engine.generate(prompts, 2, SamplingParams(max_new_tokens=8, greedy=True))
+    monkeypatch.setattr(type(engine), "_score", lambda *a: pytest.fail("scored answers nobody asked log-probs of"))
+    plain = engine.generate(prompts, 2, SamplingParams(max_new_tokens=8, greedy=True, logprobs=False))
+    assert [[s.tokens for s in g] for g in plain] == [[s.tokens for s in g] for g in scored]
+    assert all(s.logprobs == [] and len(s.tokens) > 0 for g in plain for s in g)
+    assert all(len(s.logprobs) == len(s.tokens) for g in scored for s in g)

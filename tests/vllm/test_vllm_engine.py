@@ -114,6 +114,10 @@ def test_greedy_takes_the_most_likely_token_and_keeps_the_trainers_logprobs(engi
     with torch.no_grad():
         logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1]
     assert logits.argmax(-1).tolist() == first.tokens
+    # Evaluation asks for no log-probs: the same answer, none computed (no rescoring at temperature 0.7).
+    plain = engine.generate([prompt], 2, SamplingParams(greedy=True, temperature=0.7, max_new_tokens=12,
+                                                        logprobs=False))[0]
+    assert [s.tokens for s in plain] == [first.tokens] * 2 and all(s.logprobs == [] for s in plain)
 
 
 def test_top_p_below_one_is_refused(engine):
