@@ -11,6 +11,7 @@ from undertow.kernel.registry import checked_entry
 
 from undertow.rollout.engines import engines
 from undertow.rollout.engines.base import SamplingParams
+from undertow.rollout.feeder.selectors import selectors
 from undertow.rollout.rewards import rewards
 from undertow.rollout.workflows import workflows
 
@@ -33,16 +34,6 @@ class TasksetConfig(BaseModel):
     group_size: int | None = Field(None, ge=1, description="samples per task (default: feeder.group_size)")
 
 
-class DifficultyConfig(BaseModel):
-    """Favour tasks that are neither always nor never solved (pass rates from <ns>.task-stats)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    enabled: bool = Field(False, description="switch difficulty-based selection on")
-    min_attempts: int = Field(4, ge=1, description="attempts before an item's pass rate is trusted")
-    floor: float = Field(0.05, gt=0, le=1, description="weight of an always- or never-solved item (1 at pass rate 1/2)")
-
-
 class FeederConfig(BaseModel):
     """`feeder:` — what goes onto the tasks topic, and how fast."""
 
@@ -51,14 +42,21 @@ class FeederConfig(BaseModel):
     tasksets: list[TasksetConfig] = Field(
         default_factory=lambda: [TasksetConfig(name="arith", source="arithmetic")],
         min_length=1, description="tasksets mixed by ratio")
-    seed: int = Field(0, description="seed of shuffling and difficulty draws")
+    seed: int = Field(0, description="seed of the selectors' draws")
     epochs: int | None = Field(1, ge=1, description="passes over each taskset (null: forever)")
-    shuffle: bool = Field(True, description="a fresh random order each epoch")
+    selector: Entry = Field("shuffle", description="which item next (rollout/feeder/selectors.py): sequential, "
+                                                   "shuffle, easy_to_hard, difficulty, bots, or dotted path (+ kwargs)")
     group_size: int = Field(4, ge=1, description="samples per task unless the taskset says otherwise")
     max_lag: int = Field(32, ge=1, description="most tasks waiting for the rollout group; the feeder pauses above it")
-    difficulty: DifficultyConfig = Field(default_factory=DifficultyConfig, description="difficulty-based selection")
     consumer_group: str | None = Field(None, description="rollout group whose lag is bounded (default <namespace>.rollout)")
     poll_seconds: float = Field(0.2, gt=0, description="pause between lag checks while the topic is full")
+
+    @field_validator("selector")
+    @classmethod
+    def _check_selector(cls, v: Entry) -> Entry:
+        checked_entry(selectors, v)
+        selectors.resolve(v)()  # its settings checked now, not when the feeder starts
+        return v
 
 
 class RolloutConfig(BaseModel):

@@ -21,7 +21,7 @@ from undertow.streams.consumer import read_to_end
 
 from undertow.rollout.config import FeederConfig, rollout_group
 from undertow.rollout.feeder import TaskSampler, load_items
-from undertow.rollout.feeder.sampler import Difficulty, Taskset
+from undertow.rollout.feeder.sampler import Taskset
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +29,7 @@ log = logging.getLogger(__name__)
 def build_sampler(cfg: FeederConfig) -> TaskSampler:
     tasksets = [Taskset(name=t.name, items=load_items(t.source), ratio=t.ratio,
                         group_size=t.group_size or cfg.group_size) for t in cfg.tasksets]
-    d = cfg.difficulty
-    return TaskSampler(tasksets, seed=cfg.seed, epochs=cfg.epochs, shuffle=cfg.shuffle,
-                       difficulty=Difficulty(enabled=d.enabled, min_attempts=d.min_attempts, floor=d.floor))
+    return TaskSampler(tasksets, seed=cfg.seed, epochs=cfg.epochs, selector=cfg.selector)
 
 
 @dataclass
@@ -93,7 +91,7 @@ class Feeder:
                      "after them", scan.records, self.topics.tasks, scan.undecodable, skipped)
 
     def _read_task_stats(self) -> None:
-        if not self.cfg.difficulty.enabled:
+        if not self.sampler.uses_pass_rates:
             return
         for delivery in self.task_stats.poll(timeout_ms=0):
             self.sampler.update(delivery.record)

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from undertow.processors.api import PROCESSORS
 from undertow.processors.pipeline import Pipeline
 from undertow.rollout.contamination import shares
 from undertow.rollout.engines import engines
+from undertow.rollout.feeder.selectors import selectors
 from undertow.trainer.objectives import objectives
 
 if TYPE_CHECKING:
@@ -102,3 +104,16 @@ def adapters_reach_an_engine_that_applies_them(cfg: "RunConfig") -> Iterator[str
     problem = ask(engine.kwargs, lora.rank) if ask else f"rollout.engine ({engine.name}) does not say it applies them"
     if problem:
         yield f"trainer.lora (rank {lora.rank}) publishes adapter-only weight updates, but {problem}"
+
+
+@whole_run_rule
+def pass_rates_have_a_reporter(cfg: "RunConfig") -> Iterator[str]:
+    """A selector steered by pass rates reads them from task-stats, which only a stage with
+    `task_stats()` (prioritize) writes: without one it would draw blindly for the whole run."""
+    selector = cfg.feeder.selector
+    if not selectors.resolve(selector).obj.uses_pass_rates:
+        return
+    if not any(hasattr(PROCESSORS.resolve(entry).obj, "task_stats") for entry in cfg.processors.pipeline):
+        name = selector if isinstance(selector, str) else selector.get("name")
+        yield (f"feeder.selector ({name}) draws by pass rates, but no stage of processors.pipeline reports them "
+               f"(add prioritize): the feeder would never hear of one")

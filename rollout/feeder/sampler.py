@@ -1,4 +1,4 @@
-"""Which task comes next: tasksets mixed by ratio, epochs, shuffling, difficulty-based selection.
+"""Which task comes next: tasksets mixed by ratio, epochs, and a selector per taskset (selectors.py).
 
 Pure logic (no Kafka). Task ids are `<taskset>/<item key>@<draw>`: unique per fed task (the draw
 counter of the taskset), while `item_key(task_id)` recovers the item, so pass rates reported per
@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 from undertow.schemas import Task, TaskStat
 
 from undertow.rollout.feeder.items import TaskItem
+from undertow.rollout.feeder.selectors import Selector, Shuffle, selectors
 
 
 def item_key(task_id: str) -> str:
@@ -29,24 +30,6 @@ def draw_index(task_id: str) -> int | None:
     return int(draw) if at and draw.isdigit() else None
 
 
-def difficulty_weight(pass_rate: float, floor: float) -> float:
-    """Selection weight of an item: 1 at pass rate 1/2, `floor` for always / never solved.
-
-    4p(1-p) is the variance of a Bernoulli(p) reward scaled to 1 at p = 1/2: groups whose samples all
-    succeed or all fail carry no group-relative advantage (GRPO), so they teach nothing.
-    """
-    return floor + (1.0 - floor) * 4.0 * pass_rate * (1.0 - pass_rate)
-
-
-@dataclass
-class Difficulty:
-    """Difficulty-based selection settings (see FeederConfig.difficulty)."""
-
-    enabled: bool = False
-    min_attempts: int = 4
-    floor: float = 0.05
-
-
 @dataclass
 class Taskset:
     """One mixed taskset and where the feeder is in it."""
@@ -56,7 +39,7 @@ class Taskset:
     ratio: float
     group_size: int
     draws: int = 0
-    order: list[int] = field(default_factory=list)
+    selector: Selector = field(default_factory=Shuffle)
     by_key: dict[str, TaskItem] = field(default_factory=dict, init=False, repr=False)
 
     def item(self, key: str) -> TaskItem | None:
@@ -74,13 +57,16 @@ class TaskSampler:
     leaves the mix; `next()` returns None once all have.
     """
 
-    def __init__(self, tasksets: list[Taskset], *, seed: int = 0, epochs: int | None = 1, shuffle: bool = True,
-                 difficulty: Difficulty | None = None):
+    def __init__(self, tasksets: list[Taskset], *, seed: int = 0, epochs: int | None = 1,
+                 selector: str | Mapping[str, Any] = "shuffle"):
         total = sum(t.ratio for t in tasksets)
         self.tasksets = tasksets
         self.shares = {t.name: t.ratio / total for t in tasksets}
-        self.epochs, self.shuffle = epochs, shuffle
-        self.difficulty = difficulty or Difficulty()
+        self.epochs = epochs
+        make = selectors.resolve(selector)
+        for t in tasksets:  # one each: a selector keeps its taskset's epoch order
+            t.selector = make()
+        self.uses_pass_rates = any(t.selector.uses_pass_rates for t in tasksets)
         self.rng = random.Random(seed)
         self.stats: dict[str, TaskStat] = {}  # latest stat per task id
         self.by_item: dict[str, tuple[int, int]] = {}  # item key -> (attempts, successes)
@@ -96,9 +82,9 @@ class TaskSampler:
         self.stats[stat.task_id] = stat
         self.by_item[key] = (attempts + stat.attempts, successes + stat.successes)
 
-    def pass_rate(self, taskset: str, item: TaskItem) -> float | None:
-        attempts, successes = self.by_item.get(f"{taskset}/{item.key}", (0, 0))
-        return successes / attempts if attempts >= self.difficulty.min_attempts else None
+    def counts(self, taskset: str, item: TaskItem) -> tuple[int, int]:
+        """(attempts, successes) of an item over every task drawn from it."""
+        return self.by_item.get(f"{taskset}/{item.key}", (0, 0))
 
     def next(self) -> Task | None:
         live = [t for t in self.tasksets if self.epochs is None or t.draws < self.epochs * len(t.items)]
@@ -116,16 +102,8 @@ class TaskSampler:
         return task
 
     def _pick(self, taskset: Taskset) -> int:
-        if self.difficulty.enabled:
-            weights = [1.0 if (p := self.pass_rate(taskset.name, item)) is None
-                       else difficulty_weight(p, self.difficulty.floor) for item in taskset.items]
-            return self.rng.choices(range(len(taskset.items)), weights=weights)[0]
-        position = taskset.draws % len(taskset.items)
-        if position == 0:  # a new epoch: a fresh order
-            taskset.order = list(range(len(taskset.items)))
-            if self.shuffle:
-                self.rng.shuffle(taskset.order)
-        return taskset.order[position]
+        return taskset.selector.pick(taskset.items, taskset.draws, lambda item: self.counts(taskset.name, item),
+                                     self.rng)
 
     # -- a restarted feeder ------------------------------------------------------------------------
 
@@ -152,13 +130,13 @@ class TaskSampler:
     def skip(self, drawn: dict[str, int]) -> int:
         """Move past `drawn` draws per taskset without yielding them; returns how many were skipped.
 
-        Without difficulty selection the draws are replayed, so shuffled orders continue exactly:
-        the feeder publishes in draw order, so what it published is a prefix of the sequence and
-        the replay stops right after it. With difficulty selection the draws were random and
-        steered by pass rates: only the counters move on (ids stay new, epochs stay counted).
+        A selector that does not use pass rates has its draws replayed, so shuffled orders continue
+        exactly: the feeder publishes in draw order, so what it published is a prefix of the sequence
+        and the replay stops right after it. One steered by pass rates drew at random: only the
+        counters move on (ids stay new, epochs stay counted).
         """
         before = self.drawn
-        if self.difficulty.enabled:
+        if self.uses_pass_rates:
             for t in self.tasksets:
                 t.draws = max(t.draws, drawn.get(t.name, 0))
             self.drawn = sum(t.draws for t in self.tasksets)

@@ -44,6 +44,10 @@ CASES = {
         {"trainer": {"lora": {"rank": 16}}, "rollout": {"engine": {"name": "vllm", "max_lora_rank": 8}}},
         ["trainer.lora (rank 16)", "rollout.engine.max_lora_rank >= 16"],
         {"trainer": {"lora": {"rank": 16}}, "rollout": {"engine": {"name": "vllm", "max_lora_rank": 16}}}),
+    "pass_rates_have_a_reporter": (
+        {"feeder": {"selector": "bots"}, "processors": {"pipeline": ["clean", "reshape"]}},
+        ["feeder.selector (bots) draws by pass rates", "no stage of processors.pipeline reports them"],
+        {"feeder": {"selector": "bots"}, "processors": {"pipeline": ["clean", "reshape", "prioritize"]}}),
 }
 
 
@@ -85,7 +89,8 @@ def test_a_component_command_keeps_every_rule_but_the_whole_runs(tmp_path):
     from undertow.infra.run.rules import WHOLE_RUN
     from undertow.infra.run.config import load_component_config
 
-    assert WHOLE_RUN == {"objective_trains_on_what_the_processors_write", "held_out_tasks_are_held_out"}
+    assert WHOLE_RUN == {"objective_trains_on_what_the_processors_write", "held_out_tasks_are_held_out",
+                         "pass_rates_have_a_reporter"}  # a feeder alone may read another pipeline's reports
     dpo = write_config(tmp_path / "dpo.yaml", "lab", trainer={"algorithm": {"objective": "dpo"}})
     assert load_component_config(dpo).trainer.algorithm.objective == "dpo"
     assert check(tmp_path, {"trainer": {"algorithm": {"objective": "dpo"}}})[0] == 2

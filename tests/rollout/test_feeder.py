@@ -1,4 +1,4 @@
-"""Task sources and the sampler: field mapping, procedural answers, mixing ratios, epochs, difficulty."""
+"""Task sources and the sampler: field mapping, procedural answers, mixing ratios, epochs, selectors."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 
 from undertow.schemas import Task, TaskStat
 from undertow.rollout.feeder import TaskItem, TaskSampler, difficulty_weight, item_key, load_items
-from undertow.rollout.feeder.sampler import Difficulty, Taskset, draw_index
+from undertow.rollout.feeder.sampler import Taskset, draw_index
+from undertow.rollout.feeder.selectors import Bots
 from undertow.rollout.rewards import build_reward
 from undertow.rollout.rewards.countdown import evaluate
 
@@ -112,12 +113,12 @@ def test_mixing_ratios_hold_exactly_and_epochs_end_each_taskset():
 
 
 def test_shuffle_is_seeded_and_switchable():
-    def order(seed, shuffle):
-        s = TaskSampler([Taskset("a", items(20), 1.0, 1)], seed=seed, shuffle=shuffle)
+    def order(seed, selector):
+        s = TaskSampler([Taskset("a", items(20), 1.0, 1)], seed=seed, selector=selector)
         return [t.metadata["item"] for t in iter(s.next, None)]
 
-    assert order(0, True) == order(0, True) != order(1, True)
-    assert order(0, False) == [str(i) for i in range(20)]
+    assert order(0, "shuffle") == order(0, "shuffle") != order(1, "shuffle")
+    assert sorted(order(0, "shuffle"), key=int) == order(0, "sequential") == [str(i) for i in range(20)]
 
 
 def test_difficulty_weight_hand_worked():
@@ -132,9 +133,8 @@ def stat(task_id: str, attempts: int, successes: int) -> TaskStat:
 
 
 def test_difficulty_selection_favours_tasks_neither_solved_nor_failed():
-    def share_of_medium(enabled: bool) -> float:
-        sampler = TaskSampler([Taskset("a", items(3), 1.0, 1)], epochs=None, seed=0,
-                              difficulty=Difficulty(enabled=enabled, min_attempts=4, floor=0.05))
+    def share_of_medium(selector) -> float:
+        sampler = TaskSampler([Taskset("a", items(3), 1.0, 1)], epochs=None, seed=0, selector=selector)
         sampler.update(stat("a/0@0", 8, 8))   # always solved
         sampler.update(stat("a/1@1", 8, 0))   # never solved
         sampler.update(stat("a/2@2", 4, 1))   # an older report of the same task id ...
@@ -143,16 +143,24 @@ def test_difficulty_selection_favours_tasks_neither_solved_nor_failed():
         return drawn.count("2") / len(drawn)
 
     # Weights 0.05, 0.05, 1.0: the medium task gets 1 / 1.1 = 0.909 of the draws; without selection 1/3.
-    assert share_of_medium(True) == pytest.approx(1 / 1.1, abs=0.04)
-    assert share_of_medium(False) == pytest.approx(1 / 3, abs=0.01)
+    assert share_of_medium({"name": "difficulty", "min_attempts": 4, "floor": 0.05}) == pytest.approx(1 / 1.1, abs=0.04)
+    assert share_of_medium("shuffle") == pytest.approx(1 / 3, abs=0.01)
 
 
 def test_pass_rates_add_up_per_item_across_epochs_and_need_min_attempts():
-    sampler = TaskSampler([Taskset("a", items(2), 1.0, 1)], difficulty=Difficulty(enabled=True, min_attempts=4))
+    def share_of_item_0(*stats: TaskStat) -> float:
+        sampler = TaskSampler([Taskset("a", items(2), 1.0, 1)], epochs=None, selector="difficulty")
+        for s in (stat("a/1@1", 8, 4), *stats):  # item 1 at pass rate 1/2: weight 1
+            sampler.update(s)
+        return [sampler.next().metadata["item"] for _ in range(400)].count("0") / 400
+
+    sampler = TaskSampler([Taskset("a", items(2), 1.0, 1)], selector="difficulty")
     sampler.update(stat("a/0@0", 2, 2))
-    assert sampler.pass_rate("a", TaskItem(key="0")) is None  # 2 attempts: not trusted yet
-    sampler.update(stat("a/0@5", 2, 0))                       # the same item, fed again later
-    assert sampler.pass_rate("a", TaskItem(key="0")) == pytest.approx(0.5)
+    sampler.update(stat("a/0@5", 2, 0))  # the same item, fed again later
+    assert sampler.counts("a", TaskItem(key="0")) == (4, 2)
+    # Two attempts, both solved: not trusted yet, weight 1 like item 1; four: weight 0.05 (0.05 / 1.05).
+    assert share_of_item_0(stat("a/0@0", 2, 2)) == pytest.approx(0.5, abs=0.08)
+    assert share_of_item_0(stat("a/0@0", 2, 2), stat("a/0@3", 2, 2)) == pytest.approx(0.05 / 1.05, abs=0.03)
 
 
 def mixed_sampler(**kw) -> TaskSampler:
@@ -176,6 +184,46 @@ def test_a_restarted_sampler_continues_exactly_after_its_published_draws():
 
 
 def test_with_difficulty_selection_a_restart_moves_the_draw_counters_on():
-    sampler = mixed_sampler(difficulty=Difficulty(enabled=True))
+    sampler = mixed_sampler(selector="bots")
     assert sampler.skip({"a": 4, "b": 9}) == 13
     assert draw_index(sampler.next().task_id) in (4, 9) and draw_index("a/x@y") is None
+
+
+def test_bots_posterior_hand_worked():
+    bots = Bots(alpha0=1, beta0=1, max_evidence=4)
+    assert bots.posterior(0, 0) == (1, 1)      # the prior: uniform
+    assert bots.posterior(4, 1) == (2, 4)      # 1 success, 3 failures
+    assert bots.posterior(8, 4) == (3, 3)      # 4 + 4 scaled to the cap of 4: 2 + 2
+    assert Bots(max_evidence=None).posterior(8, 4) == (5, 5)
+
+
+def test_easy_to_hard_orders_each_epoch_by_a_metadata_field_or_the_prompt_length():
+    levels = [TaskItem(key=str(i), prompt="p" * (5 - i), metadata={"level": level})
+              for i, level in enumerate([3, 1, 2, 1, 0])]
+    by_level = TaskSampler([Taskset("a", levels, 1.0, 1)], epochs=2, selector={"name": "easy_to_hard", "by": "level"})
+    assert [t.metadata["item"] for t in iter(by_level.next, None)] == ["4", "1", "3", "2", "0"] * 2
+    by_length = TaskSampler([Taskset("a", levels, 1.0, 1)], selector="easy_to_hard")
+    assert [t.metadata["item"] for t in iter(by_length.next, None)] == ["4", "3", "2", "1", "0"]
+    with pytest.raises(ValueError, match="no metadata field 'lvl'"):
+        TaskSampler([Taskset("a", levels, 1.0, 1)], selector={"name": "easy_to_hard", "by": "lvl"}).next()
+
+
+@pytest.mark.parametrize("selector", ["difficulty", "bots"])
+def test_the_curriculum_loop_shifts_draws_toward_tasks_of_intermediate_difficulty(selector):
+    """The feeder's loop closed on outcomes: 30 items whose true pass rates are 0, 1/2 and 1 (ten
+    each); each drawn task's group of 8 is scored by Bernoulli draws and reported back as a TaskStat,
+    as the processors do. Shuffled, a third of the draws are intermediate; steered, most of the last 300."""
+    truth = [0.0] * 10 + [0.5] * 10 + [1.0] * 10
+    sampler = TaskSampler([Taskset("a", items(30), 1.0, 8)], epochs=None, seed=1, selector=selector)
+    outcomes = __import__("random").Random(2)
+    drawn = []
+    for _ in range(1200):
+        task = sampler.next()
+        item = int(task.metadata["item"])
+        drawn.append(item)
+        successes = sum(outcomes.random() < truth[item] for _ in range(8))
+        sampler.update(TaskStat(task_id=task.task_id, taskset="a", attempts=8, successes=successes))
+    intermediate = lambda xs: sum(10 <= i < 20 for i in xs) / len(xs)
+    assert intermediate(drawn[-300:]) > 0.75, intermediate(drawn[-300:])
+    shuffled = TaskSampler([Taskset("a", items(30), 1.0, 8)], epochs=None, seed=1)
+    assert intermediate([int(shuffled.next().metadata["item"]) for _ in range(300)]) == pytest.approx(1 / 3, abs=0.01)

@@ -102,7 +102,7 @@ def test_feeder_mixes_by_ratio_and_favours_medium_tasks_from_task_stats(kafka, n
         producer.send_bytes(topics.task_stats, b"garbage", key="x")  # dead-lettered, feeding goes on
     feeder_cfg = {"tasksets": [{"name": "hard", "source": {"name": "arithmetic", "size": 3}, "ratio": 3},
                                {"name": "count", "source": {"name": "countdown", "size": 50}, "ratio": 1}],
-                  "epochs": None, "max_lag": 1000, "difficulty": {"enabled": True, "min_attempts": 4}}
+                  "epochs": None, "max_lag": 1000, "selector": {"name": "difficulty", "min_attempts": 4}}
     cfg, context = load_run(config_path(feeder=feeder_cfg), kafka)
     feeder = Feeder(cfg.feeder, context)
     assert feeder.run(max_tasks=200).published == 200
