@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Iterator
 
-from undertow.schemas import DecodeError, Task, TaskStat, decode
+from undertow.schemas import DecodeError, MetricEvent, Task, TaskStat, decode
 from undertow.streams import GroupLag, KafkaSettings, RecordConsumer, RecordProducer, RunContext
 from undertow.streams.consumer import read_to_end
 
@@ -24,6 +25,7 @@ from undertow.rollout.feeder import TaskSampler, load_items
 from undertow.rollout.feeder.sampler import Taskset
 
 log = logging.getLogger(__name__)
+METRICS_EVERY_S = 10.0
 
 
 def build_sampler(cfg: FeederConfig) -> TaskSampler:
@@ -37,6 +39,7 @@ class FeedStats:
     published: int = 0
     pauses: int = 0
     stats_read: int = 0
+    metrics_sent: int = 0
 
 
 class Feeder:
@@ -53,6 +56,7 @@ class Feeder:
             producer=self.producer, stage="feeder")
         self.task_stats.assign(self.topics.task_stats, "earliest")
         self.stats = FeedStats()
+        self._metrics_due = 0.0
 
     def run(self, *, max_tasks: int | None = None, stop: threading.Event | None = None) -> FeedStats:
         stop = stop or threading.Event()
@@ -75,6 +79,7 @@ class Feeder:
         return self.stats
 
     def close(self) -> None:
+        self._send_pass_rates(force=True)
         self.producer.flush()
         self.task_stats.close()
         self.producer.close()
@@ -96,6 +101,19 @@ class Feeder:
         for delivery in self.task_stats.poll(timeout_ms=0):
             self.sampler.update(delivery.record)
             self.stats.stats_read += 1
+        self._send_pass_rates()
+
+    def _send_pass_rates(self, force: bool = False) -> None:
+        """Each taskset's pass rate so far on the metrics topic (the report's curriculum panel), every
+        METRICS_EVERY_S while reports come in, and once at the end."""
+        rates = self.sampler.pass_rates()
+        if not rates or not (force or time.monotonic() >= self._metrics_due):
+            return
+        self._metrics_due = time.monotonic() + METRICS_EVERY_S
+        self.producer.send(self.topics.metrics, MetricEvent(
+            component="feeder", step=self.stats.published,
+            values={f"{name}/pass_rate": rate for name, rate in rates.items()}), key="feeder")
+        self.stats.metrics_sent += 1
 
 
 @dataclass

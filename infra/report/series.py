@@ -72,6 +72,8 @@ def _named(pattern: str, component: str | None = None) -> Callable[[str, str], b
 SPECS = [
     PanelSpec("reward", "reward (training batches and rollouts)", "mean reward", _named(r"^reward_mean$")),
     PanelSpec("heldout", "evaluation", "score", _named(r"greedy_accuracy|pass@|mean_reward$", "eval")),
+    PanelSpec("curriculum", "pass rates by taskset (task-stats, as the feeder sees them)", "pass rate",
+              _named(r"/pass_rate$", "feeder")),
     PanelSpec("throughput", "throughput", "per second", _named(r"per_s$")),
     PanelSpec("losses", "losses, KL and entropy", "value", _named(r"(^|_)loss$|^nll$|approx_kl|^entropy$", "trainer")),
     PanelSpec("ratios", "importance ratios and clipping", "value", _named(r"^ratio_|^clip_fraction", "trainer")),

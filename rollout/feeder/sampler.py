@@ -82,6 +82,14 @@ class TaskSampler:
         self.stats[stat.task_id] = stat
         self.by_item[key] = (attempts + stat.attempts, successes + stat.successes)
 
+    def pass_rates(self) -> dict[str, float]:
+        """Per taskset with reports: successes over attempts, every item's tasks together."""
+        totals: dict[str, list[int]] = {}
+        for key, (attempts, successes) in self.by_item.items():
+            total = totals.setdefault(key.split("/", 1)[0], [0, 0])
+            total[0], total[1] = total[0] + attempts, total[1] + successes
+        return {name: s / a for name, (a, s) in totals.items() if a}
+
     def counts(self, taskset: str, item: TaskItem) -> tuple[int, int]:
         """(attempts, successes) of an item over every task drawn from it."""
         return self.by_item.get(f"{taskset}/{item.key}", (0, 0))

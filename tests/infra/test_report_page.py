@@ -41,6 +41,8 @@ def metric_rows() -> list[dict]:
     # No version of their own: the page puts them at the trainer's version at their time (12 -> 12).
     rows += [{"stage": "rl", "component": "processors", "step": None, "worker": "w1", "time": T0 + 10 + v + 0.7,
               "clean.in": 64.0 * v, "clean.dropped": float(v // 10)} for v in (12, 24)]
+    rows += [{"stage": "rl", "component": "feeder", "step": 64 * v, "time": T0 + 10 + v + 0.8, "sums/pass_rate": rate}
+             for v, rate in ((10, 0.25), (20, 0.5))]
     return rows
 
 
@@ -126,6 +128,7 @@ def test_the_page_shows_the_runs_numbers_and_switches_its_x_axis(tmp_path, brows
     assert traces(page, "rejections").keys() - {("alerts", "alert")} == {("rl/trainer:stale", "raw"),
                                                                          ("rl/clean:truncated", "raw")}
     assert traces(page, "rejections")[("rl/trainer:stale", "raw")]["y"] == [1, 2, 3]  # from the archive, cumulative
+    assert traces(page, "curriculum")[("rl/feeder:sums/pass_rate", "raw")]["y"] == [0.25, 0.5]
 
     page.check("input[value=version]")
     page.wait_for_function("document.body.dataset.axis === 'version'")

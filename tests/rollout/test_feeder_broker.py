@@ -9,7 +9,7 @@ import time
 import pytest
 from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 
-from undertow.schemas import DecodeError, Task, TaskStat, decode, encode
+from undertow.schemas import DecodeError, MetricEvent, Task, TaskStat, decode, encode
 from undertow.streams import RecordProducer, Topics
 from undertow.streams.consumer import read_to_end
 from undertow.rollout.config import rollout_group
@@ -113,3 +113,6 @@ def test_feeder_mixes_by_ratio_and_favours_medium_tasks_from_task_stats(kafka, n
     # Weights 0.05 (never), 0.05 (always), 1 (half): the medium item gets ~1/1.1 of the hard draws.
     assert sum(t.metadata["item"] == "2" for t in hard) / len(hard) == pytest.approx(1 / 1.1, abs=0.07)
     assert any(r.stage == "feeder" for r in read_all(kafka, topics.rejected))
+    # The curriculum's pass rates on the metrics topic: hard's items 0/8, 8/8, 4/8 -> 12/24.
+    last = [m for m in read_all(kafka, topics.metrics, MetricEvent) if m.component == "feeder"][-1]
+    assert last.values == {"hard/pass_rate": 0.5} and last.step == 200
