@@ -6,7 +6,8 @@ import typer
 
 # Modules, not their functions: `undertow.infra.cli.run` must stay the module (a function of the
 # same name bound here would hide it from `import undertow.infra.cli.run as ...` and from mock.patch).
-from undertow.infra.cli import algorithms, broker, config, history, load, monitor, processors, rollout, run, status, tail, topics
+from undertow.infra.cli import algorithms, broker, config, history, load, monitor, processors, retrain, rollout, run, status, tail
+from undertow.infra.cli import topics
 from undertow.infra.cli import eval as evaluation
 from undertow.infra.cli import trainer, watch
 
@@ -29,6 +30,7 @@ app.command("archive")(history.archive)
 app.command("query")(history.query)
 app.command("replay")(history.replay)
 app.command("load")(load.load)
+app.command("retrain")(retrain.retrain)
 app.command("monitor")(monitor.monitor)
 app.command("tail")(tail.tail)
 app.add_typer(broker.broker_app, name="broker")

@@ -89,6 +89,8 @@ def test_every_readme_command_runs_on_the_finished_demo(demo):
     page = (demo.run_dir / "report" / "index.html").read_text()
     assert 'id="samples"' in page and "no-archive" not in page  # the demo archives: the page shows its samples
     assert "experiences" in outputs["status"] and "replayed" in outputs["replay"] and "pass_rate" in outputs["query"]
+    # The demo's last 50 steps trained again from its archive: the same weights, bit for bit.
+    assert "identical to the run's checkpoint" in " ".join(outputs["retrain"].split()), outputs["retrain"]
 
 
 def test_ctrl_c_checkpoints_and_resume_continues(tmp_path):
