@@ -2,30 +2,21 @@
 
 ops: data-juicer's own op list, `[{op_name: {arg: value}}, …]` (e.g. `{text_length_filter: {min_len: 5}}`).
 A filter that fails rejects the record (reason "data_juicer", detail names the op); a mapper
-rewrites `response_text` (tokens are left as generated: the trainer learns from tokens).
+rewrites `response_text` (tokens are left as generated: the trainer learns from tokens). So a mapper
+is refused for RL objectives when the config loads (infra/run/rules.py: the behaviour log-probs
+are of the tokens as generated); the offline objectives (sft, dpo, ...) may use one.
+Tasksets are cleaned before training with the same ops by `undertow prepare` (rollout/feeder/prepare.py).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any, Mapping
 
+from undertow.kernel.datajuicer import check_entries, load_ops, op_kind
 from undertow.schemas import Experience
 from undertow.processors.api import Reject, processor
 
 TEXT_KEY = "text"
-
-
-def _load_ops(ops: list[Mapping[str, Any]]) -> list[Any]:
-    # data-juicer may pip/uv-install missing packages at run time; refuse that (see README).
-    os.environ.setdefault("UV_OFFLINE", "1")
-    os.environ.setdefault("PIP_NO_INDEX", "1")
-    try:
-        from data_juicer.ops import load_ops
-    except ImportError as e:
-        raise RuntimeError(f"data_juicer: data-juicer is not importable ({e}); install py-data-juicer "
-                           "(see processors/datajuicer.py and the README)") from None
-    return load_ops([dict(op) for op in ops])
 
 
 @processor("data_juicer")
@@ -33,10 +24,14 @@ class DataJuicer:
     """Runs the ops in order on a batch of response texts with data-juicer's batched op API."""
 
     def __init__(self, *, ops: list[Mapping[str, Any]]):
-        if not ops or not all(isinstance(op, Mapping) and len(op) == 1 for op in ops):
-            raise ValueError(f"data_juicer.ops: expected a list like [{{text_length_filter: {{min_len: 5}}}}], got {ops!r}")
-        self.ops = _load_ops(ops)
-        self.names = [next(iter(op)) for op in ops]
+        loaded = load_ops(check_entries(ops, "data_juicer.ops"))
+        self.names = [name for name, _ in loaded]
+        self.ops = [op for _, op in loaded]
+
+    @staticmethod
+    def text_mappers(*, ops: list[Mapping[str, Any]]) -> list[str]:
+        """The ops of `ops` that rewrite the text (the config's rules refuse them for RL objectives)."""
+        return [name for entry in check_entries(ops, "data_juicer.ops") for name in entry if op_kind(name) == "mapper"]
 
     def process_batch(self, exps: list[Experience]) -> list[Experience | Reject]:
         from data_juicer.ops.base_op import Filter, Mapper
