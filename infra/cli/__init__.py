@@ -8,7 +8,7 @@ import typer
 # same name bound here would hide it from `import undertow.infra.cli.run as ...` and from mock.patch).
 from undertow.infra.cli import algorithms, broker, config, history, load, monitor, processors, rollout, run, status, tail, topics
 from undertow.infra.cli import eval as evaluation
-from undertow.infra.cli import prepare, trainer, watch
+from undertow.infra.cli import annotate, prepare, trainer, watch
 
 app = typer.Typer(
     name="undertow",
@@ -30,6 +30,7 @@ app.command("query")(history.query)
 app.command("replay")(history.replay)
 app.command("load")(load.load)
 app.command("prepare")(prepare.prepare)
+app.add_typer(annotate.annotate_app, name="annotate")
 app.command("monitor")(monitor.monitor)
 app.command("tail")(tail.tail)
 app.add_typer(broker.broker_app, name="broker")
