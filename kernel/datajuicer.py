@@ -4,8 +4,8 @@ and what kind each op is.
 
 An op entry is data-juicer's own form, `{op_name: {arg: value}}`. Ops run in this process
 (`num_proc: 1` unless an entry says otherwise): data-juicer's default forks a pool per op.
-Which ops run offline on these machines is in /work/shared/STACK.md (rule-based text ops; the
-stopword / flagged-word filters download lists, language id and perplexity need models).
+The rule-based text ops run offline; the stopword / flagged-word filters download word lists, language
+id and perplexity need models, and the simhash / minhash deduplicators need simhash-pybind / scipy.
 """
 
 from __future__ import annotations
