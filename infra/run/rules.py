@@ -86,6 +86,8 @@ def experience_text_kept_for_rl(cfg: "RunConfig") -> Iterator[str]:
     """A processor that rewrites response text (a data-juicer mapper) leaves the tokens and their
     behaviour log-probs as generated: for an importance-sampled objective the text would no longer be
     what was trained, and retokenizing it would break the ratios. Offline objectives may use one."""
+    import undertow.processors.builtins  # noqa: F401  registers them: a default pipeline is not validated
+
     name = cfg.trainer.algorithm.objective
     if not objectives.get(name).importance_sampled:
         return
