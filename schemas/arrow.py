@@ -119,9 +119,13 @@ def from_arrow(table: pa.Table, cls: type[Record]) -> list[Record]:
     archive may hold a field the current class renamed); one of a newer version raises
     `UpgradeError` (`schema_too_new`), a ValueError like a row that does not validate.
     """
-    columns = _columns(cls)
+    columns, current = _columns(cls), current_version(cls)
+    versions = table.column("schema_version").to_pylist() if "schema_version" in table.column_names else []
+    upgrading = any(v != current for v in versions)
+    # Only a row to upgrade needs the columns the class lacks (a renamed field); the rest are Kafka's.
+    names = [n for n in table.column_names if upgrading or n in columns]
     data = {}
-    for name in table.column_names:
+    for name in names:
         values = table.column(name).to_pylist()
         column = columns.get(name)
         if column is not None and column.encoding == "json":
@@ -129,7 +133,6 @@ def from_arrow(table: pa.Table, cls: type[Record]) -> list[Record]:
         elif column is not None and column.encoding == "map":
             values = [None if v is None else dict(v) for v in values]
         data[name] = values
-    current = current_version(cls)
     records = []
     for row in zip(*data.values()):
         fields = dict(zip(data, row))
