@@ -138,7 +138,9 @@ def preferred(verdict: Verdict, a: Experience, b: Experience) -> PreferencePair 
         chosen_tokens=chosen.response_tokens, rejected_text=rejected.response_text,
         rejected_tokens=rejected.response_tokens, policy_version=max(chosen.policy_version, rejected.policy_version),
         metadata={"votes": [max(left, right), left + right], "label_studio_task": verdict.task,
-                  "group_id": chosen.group_id})
+                  "group_id": chosen.group_id,
+                  # the trainer refuses ids of another tokenizer (trainer/groups.py): keep the rollout's stamp
+                  **({"tokenizer": chosen.metadata["tokenizer"]} if "tokenizer" in chosen.metadata else {})})
 
 
 def import_verdicts(verdicts: list[Verdict], experiences: dict[str, Experience]) -> Imported:

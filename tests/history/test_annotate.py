@@ -18,7 +18,8 @@ from tests.helpers import read_all
 
 from .helpers import recorded_run
 
-RUN = {e.experience_id: e for e in recorded_run(2)}  # groups g-0, g-1; rewards 1, 0, .5, .25 by sample
+# groups g-0, g-1; rewards 1, 0, .5, .25 by sample; stamped with a tokenizer fingerprint as rollout workers do
+RUN = {e.experience_id: e.model_copy(update={"metadata": {"tokenizer": "tok-1"}}) for e in recorded_run(2)}
 
 
 @pytest.fixture
@@ -93,6 +94,7 @@ def test_pairwise_picks_come_back_as_preference_pairs(root, tmp_path):
     assert [p.pair_id for p in pairs] == ["g-0/1>0@human", "g-1/0>1@human"]
     assert pairs[0].chosen_tokens == RUN["g-0/1"].response_tokens and pairs[0].rejected_tokens == RUN["g-0/0"].response_tokens
     assert pairs[0].prompt_tokens == RUN["g-0/0"].prompt_tokens and pairs[0].metadata["votes"] == [2, 3]
+    assert pairs[0].metadata["tokenizer"] == "tok-1"  # the trainer checks it
 
 
 def test_import_needs_a_destination_and_a_label_studio_export(root, tmp_path):
