@@ -2,41 +2,42 @@
 
 ops: data-juicer's own op list, `[{op_name: {arg: value}}, …]` (e.g. `{text_length_filter: {min_len: 5}}`).
 A filter that fails rejects the record (reason "data_juicer", detail names the op); a mapper
-rewrites `response_text` (tokens are left as generated: the trainer learns from tokens).
+rewrites `response_text`. The trainer learns from tokens, so a mapper is refused for RL objectives
+when the config loads (infra/run/rules.py: the behaviour log-probs are of the tokens as generated);
+the offline objectives (sft, dpo, ...) may use one, with `tokenizer` (a model spec, the run's `model`
+section) to re-tokenize what it rewrote: the per-token lists of the old tokens are then cleared.
+Tasksets are cleaned before training with the same ops by `undertow prepare` (rollout/feeder/prepare.py).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any, Mapping
 
+from undertow.kernel.datajuicer import check_entries, load_ops, op_kind
 from undertow.schemas import Experience
 from undertow.processors.api import Reject, processor
 
 TEXT_KEY = "text"
 
 
-def _load_ops(ops: list[Mapping[str, Any]]) -> list[Any]:
-    # data-juicer may pip/uv-install missing packages at run time; refuse that (see README).
-    os.environ.setdefault("UV_OFFLINE", "1")
-    os.environ.setdefault("PIP_NO_INDEX", "1")
-    try:
-        from data_juicer.ops import load_ops
-    except ImportError as e:
-        raise RuntimeError(f"data_juicer: data-juicer is not importable ({e}); install py-data-juicer "
-                           "(see processors/datajuicer.py and the README)") from None
-    return load_ops([dict(op) for op in ops])
-
-
 @processor("data_juicer")
 class DataJuicer:
     """Runs the ops in order on a batch of response texts with data-juicer's batched op API."""
 
-    def __init__(self, *, ops: list[Mapping[str, Any]]):
-        if not ops or not all(isinstance(op, Mapping) and len(op) == 1 for op in ops):
-            raise ValueError(f"data_juicer.ops: expected a list like [{{text_length_filter: {{min_len: 5}}}}], got {ops!r}")
-        self.ops = _load_ops(ops)
-        self.names = [next(iter(op)) for op in ops]
+    def __init__(self, *, ops: list[Mapping[str, Any]], tokenizer: Mapping[str, Any] | None = None):
+        loaded = load_ops(check_entries(ops, "data_juicer.ops"))
+        self.names = [name for name, _ in loaded]
+        self.ops = [op for _, op in loaded]
+        self.tokenizer = None
+        if tokenizer is not None:
+            from undertow.kernel.models import ModelSpec, build_tokenizer
+
+            self.tokenizer = build_tokenizer(ModelSpec.model_validate(dict(tokenizer)))
+
+    @staticmethod
+    def text_mappers(*, ops: list[Mapping[str, Any]]) -> list[str]:
+        """The ops of `ops` that rewrite the text (the config's rules refuse them for RL objectives)."""
+        return [name for entry in check_entries(ops, "data_juicer.ops") for name in entry if op_kind(name) == "mapper"]
 
     def process_batch(self, exps: list[Experience]) -> list[Experience | Reject]:
         from data_juicer.ops.base_op import Filter, Mapper
@@ -64,5 +65,19 @@ class DataJuicer:
                     texts[i] = text
             else:
                 raise RuntimeError(f"data_juicer op {name}: only filters and mappers apply to single records")
-        return [verdict or (exp if text == exp.response_text else exp.model_copy(update={"response_text": text}))
-                for exp, verdict, text in zip(exps, verdicts, texts)]
+        return [verdict or self._rewritten(exp, text) for exp, verdict, text in zip(exps, verdicts, texts)]
+
+    def _rewritten(self, exp: Experience, text: str) -> Experience:
+        """`exp` with a mapper's text; re-tokenized when a tokenizer is set (offline objectives)."""
+        if text == exp.response_text:
+            return exp
+        if self.tokenizer is None:
+            return exp.model_copy(update={"response_text": text})
+        tokens = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        eos = self.tokenizer.eos_token_id
+        if exp.response_tokens and exp.response_tokens[-1] == eos:
+            tokens.append(eos)  # it ended as generated; the mapper saw text only
+        # Log-probs, mask and advantages described the generated tokens, not these.
+        return exp.model_copy(update={"response_text": text, "response_tokens": tokens, "behaviour_logprobs": [],
+                                      "loss_mask": [], "advantages": [],
+                                      "metadata": {**exp.metadata, "retokenized_by": "data_juicer"}})

@@ -1,5 +1,6 @@
-"""undertow's data contracts: the records on every topic, their wire codec and Arrow schema, and the
-log-prob definition (logprobs.py). The registry, config loading and model builders are kernel/'s."""
+"""undertow's data contracts: the records on every topic, their wire codec and Arrow schema, how older
+versions of them are read (versions.py), and the log-prob definition (logprobs.py). The registry,
+config loading and model builders are kernel/'s."""
 
 from .arrow import arrow_schema, from_arrow, to_arrow
 from .base import MAX_TEXT_CHARS, MAX_TOKENS, SCHEMA_VERSION, Packed, Record, record_type, record_types
@@ -8,6 +9,7 @@ from .evals import EvalResult
 from .events import MAX_ORIGINAL_BYTES, MetricEvent, Rejected
 from .experience import Experience, PreferencePair
 from .task import Task, TaskStat
+from .versions import UPGRADERS, UpgradeError, current_version, upgrade, upgrader
 from .weights import (
     Bucket,
     TensorMeta,
@@ -38,6 +40,8 @@ __all__ = [
     "Rejected",
     "Task",
     "TaskStat",
+    "UPGRADERS",
+    "UpgradeError",
     "TensorMeta",
     "WeightIntegrityError",
     "WeightUpdate",
@@ -45,6 +49,7 @@ __all__ = [
     "arrow_schema",
     "assemble_weights",
     "chunk_weights",
+    "current_version",
     "decode",
     "encode",
     "from_arrow",
@@ -52,6 +57,8 @@ __all__ = [
     "record_type",
     "record_types",
     "to_arrow",
+    "upgrade",
+    "upgrader",
     "verify_weights",
     "verify_manifest",
 ]

@@ -2,7 +2,8 @@
 
 The Arrow schema is derived from the pydantic annotations, so a new field reaches the archive
 with no edit here; a type this mapping does not know raises TypeError instead of being dropped.
-Free-form fields (JSON metadata, chat messages) are stored as JSON text.
+Free-form fields (JSON metadata, chat messages) are stored as JSON text. Rows of an older
+`schema_version` are upgraded as the wire's are (schemas/versions.py), newer ones refused.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import pyarrow as pa
 from pydantic import BaseModel, JsonValue
 
-from .base import SCHEMA_VERSION, Record
+from .base import Record
+from .versions import current_version, upgrade
 
 _SCALARS = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_(), bytes: pa.binary()}
 # Same widths as on the wire (codec.py): int32 token ids, float32 log-probs / advantages.
@@ -88,7 +90,7 @@ def _columns(cls: type[Record]) -> dict[str, _Column]:
 def arrow_schema(cls: type[Record]) -> pa.Schema:
     """The Arrow schema of a table of `cls` records (one column per field)."""
     fields = [pa.field(name, c.type, nullable=c.nullable) for name, c in _columns(cls).items()]
-    metadata = {"undertow.schema_version": str(SCHEMA_VERSION)}
+    metadata = {"undertow.schema_version": str(current_version(cls))}
     if isinstance(getattr(cls, "kind", None), str):
         metadata["undertow.kind"] = cls.kind
     return pa.schema(fields, metadata=metadata)
@@ -111,15 +113,31 @@ def to_arrow(records: Sequence[Record], cls: type[Record] | None = None) -> pa.T
 
 
 def from_arrow(table: pa.Table, cls: type[Record]) -> list[Record]:
-    """The records of a table made by `to_arrow` (validated again on the way in)."""
+    """The records of a table made by `to_arrow` (validated again on the way in).
+
+    A row of an older schema version is upgraded first, from every column the table has (an older
+    archive may hold a field the current class renamed); one of a newer version raises
+    `UpgradeError` (`schema_too_new`), a ValueError like a row that does not validate.
+    """
+    columns, current = _columns(cls), current_version(cls)
+    versions = table.column("schema_version").to_pylist() if "schema_version" in table.column_names else []
+    upgrading = any(v != current for v in versions)
+    # Only a row to upgrade needs the columns the class lacks (a renamed field); the rest are Kafka's.
+    names = [n for n in table.column_names if upgrading or n in columns]
     data = {}
-    for name, column in _columns(cls).items():
-        if name not in table.column_names:
-            continue  # an older archive: the field's default applies, or validation says it is missing
+    for name in names:
         values = table.column(name).to_pylist()
-        if column.encoding == "json":
+        column = columns.get(name)
+        if column is not None and column.encoding == "json":
             values = [None if v is None else json.loads(v) for v in values]
-        elif column.encoding == "map":
+        elif column is not None and column.encoding == "map":
             values = [None if v is None else dict(v) for v in values]
         data[name] = values
-    return [cls.model_validate(dict(zip(data, row))) for row in zip(*data.values())]
+    records = []
+    for row in zip(*data.values()):
+        fields = dict(zip(data, row))
+        if fields.get("schema_version", current) != current:
+            fields = upgrade(cls.kind, fields, current)
+        # Only the class's fields: the rest are the archive's Kafka columns or a query's own.
+        records.append(cls.model_validate({k: v for k, v in fields.items() if k in columns}))
+    return records

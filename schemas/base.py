@@ -8,7 +8,7 @@ from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # every kind's first version; a kind's current one is its schema_version default (versions.py)
 MAX_TOKENS = 1 << 20  # tokens per sequence
 MAX_TEXT_CHARS = 4 << 20  # characters per text field
 FLOAT32_MAX = 3.4028234663852886e38  # packed float arrays are fp32 on the wire (see codec.py)
@@ -47,6 +47,8 @@ class Record(BaseModel):
     kind: ClassVar[str]
     id_field: ClassVar[str | None] = None  # the field that identifies one record, if any
 
+    # What this class writes; a kind that changes shape overrides the default and registers an
+    # upgrader from the version before (versions.py), so that older records still read.
     schema_version: int = SCHEMA_VERSION
 
     @classmethod

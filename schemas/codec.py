@@ -17,7 +17,8 @@ import msgpack
 import numpy as np
 from pydantic import BaseModel, ValidationError
 
-from .base import MAX_TOKENS, SCHEMA_VERSION, Packed, Record, record_type, record_types
+from .base import MAX_TOKENS, Packed, Record, record_type, record_types
+from .versions import UpgradeError, check_version, current_version, upgrade
 
 MAX_RECORD_BYTES = 16 << 20
 _MAX_MAP_LEN = 1 << 16  # metadata maps; no record has more fields than this
@@ -27,8 +28,9 @@ _MAX_DETAIL_ERRORS = 10  # a record with a million bad tokens still gets a short
 class DecodeError(ValueError):
     """Bytes that are not a valid record.
 
-    `reason` is one of "too_large", "undecodable", "unknown_kind", "schema_version", "invalid",
-    "unexpected_kind"; `detail` names the field and why. `kind` and `record_id` are filled in
+    `reason` is one of "too_large", "undecodable", "unknown_kind", "schema_too_new" (written by a newer
+    schema than this reader's), "schema_version" (no version this reader knows: not an int from 1, or no
+    upgrader from it; versions.py), "invalid", "unexpected_kind"; `detail` names the field and why. `kind` and `record_id` are filled in
     when they could be read, so the caller can key its Rejected record.
     """
 
@@ -84,7 +86,8 @@ def decode(
     """Parse and validate one record; raise DecodeError saying why when that fails.
 
     Checks run cheapest first: size, msgpack, envelope (a map with a str kind), known kind,
-    schema_version, field validation, and last whether the kind is one of `expect`.
+    schema_version, field validation, and last whether the kind is one of `expect`. A record of an
+    older version of its kind is upgraded (schemas/versions.py) before it is validated.
     """
     if len(data) > max_bytes:
         raise DecodeError("too_large", f"{len(data)} bytes > max_bytes {max_bytes}")
@@ -99,15 +102,17 @@ def decode(
         raise DecodeError("unknown_kind", f"kind: {kind[:64]!r} is not one of {sorted(record_types())}")
     record_id = obj.get(cls.id_field) if cls.id_field else None
     record_id = record_id[:256] if isinstance(record_id, str) and record_id else None
-    version = obj.get("schema_version")
-    if type(version) is not int or version != SCHEMA_VERSION:  # type(): True == 1 in Python
-        detail = f"schema_version: expected {SCHEMA_VERSION}, got {version!r}"
-        raise DecodeError("schema_version", detail, kind=kind, record_id=record_id)
+    current = current_version(cls)
     try:
+        version = check_version(kind, obj.get("schema_version"), current)
         for name, (dtype, limit) in _packed_fields(cls).items():
             if name in obj:
                 obj[name] = _unpack_array(name, obj[name], dtype, limit)
+        if version < current:
+            obj = upgrade(kind, obj, current)
         record = cls.model_validate(obj)
+    except UpgradeError as e:
+        raise DecodeError(e.reason, e.detail, kind=kind, record_id=record_id) from None
     except ValueError as e:  # ValidationError is a ValueError too
         detail = _describe(e) if isinstance(e, ValidationError) else str(e)
         raise DecodeError("invalid", detail, kind=kind, record_id=record_id) from None

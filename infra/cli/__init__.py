@@ -6,10 +6,9 @@ import typer
 
 # Modules, not their functions: `undertow.infra.cli.run` must stay the module (a function of the
 # same name bound here would hide it from `import undertow.infra.cli.run as ...` and from mock.patch).
-from undertow.infra.cli import algorithms, broker, config, history, load, monitor, processors, retrain, rollout, run, status, tail
-from undertow.infra.cli import topics
+from undertow.infra.cli import algorithms, annotate, broker, config, history, load, monitor, prepare, processors
+from undertow.infra.cli import retrain, rollout, run, status, tail, topics, trainer, watch
 from undertow.infra.cli import eval as evaluation
-from undertow.infra.cli import trainer, watch
 
 app = typer.Typer(
     name="undertow",
@@ -31,6 +30,8 @@ app.command("query")(history.query)
 app.command("replay")(history.replay)
 app.command("load")(load.load)
 app.command("retrain")(retrain.retrain)
+app.command("prepare")(prepare.prepare)
+app.add_typer(annotate.annotate_app, name="annotate")
 app.command("monitor")(monitor.monitor)
 app.command("tail")(tail.tail)
 app.add_typer(broker.broker_app, name="broker")

@@ -82,6 +82,27 @@ def objective_trains_on_what_the_processors_write(cfg: "RunConfig") -> Iterator[
                f"namespace, or train this run with an objective on {written.__name__} records (rl, sft)")
 
 
+@rule
+def experience_text_kept_for_rl(cfg: "RunConfig") -> Iterator[str]:
+    """A processor that rewrites response text (a data-juicer mapper) leaves the tokens and their
+    behaviour log-probs as generated: for an importance-sampled objective the text would no longer be
+    what was trained, and retokenizing it would break the ratios. Offline objectives may use one."""
+    import undertow.processors.builtins  # noqa: F401  registers them: a default pipeline is not validated
+
+    name = cfg.trainer.algorithm.objective
+    if not objectives.get(name).importance_sampled:
+        return
+    for i, entry in enumerate(cfg.processors.pipeline):
+        component = PROCESSORS.resolve(entry)
+        ask = getattr(component.obj, "text_mappers", None)
+        mappers = ask(**component.kwargs) if ask else []
+        if mappers:
+            yield (f"processors.pipeline.{i} ({component.name}): mapper(s) {mappers} rewrite the response text, but "
+                   f"trainer.algorithm.objective ({name}) learns from the generated tokens and their behaviour "
+                   f"log-probs, which would no longer match it. Use filters only (they drop, never rewrite), clean "
+                   f"the tasks before training (undertow prepare), or an offline objective (sft, dpo, kto, ...)")
+
+
 @whole_run_rule
 def held_out_tasks_are_held_out(cfg: "RunConfig") -> Iterator[str]:
     """Measured on the prompts (rollout/contamination.py), not on the source settings: another seed of

@@ -53,7 +53,7 @@ def test_a_rollout_worker_dead_letters_bad_tasks_and_oversize_experiences(kafka,
     rejected = read_all(kafka, topics.rejected, Rejected)
     dead = {r.record_id or r.original_key.decode(): r for r in rejected}
     assert len(rejected) == len(dead) and {k: (r.stage, r.reason) for k, r in dead.items()} == {
-        "x": ("rollout", "undecodable"), "v9": ("rollout", "schema_version"), "extra": ("rollout", "invalid"),
+        "x": ("rollout", "undecodable"), "v9": ("rollout", "schema_too_new"), "extra": ("rollout", "invalid"),
         "e": ("rollout", "unexpected_kind"), "raises": ("rollout", "workflow_error"),
         "huge/0": ("rollout", "too_large")}
     assert "priority" in dead["extra"].detail and "workflow bug on purpose" in dead["raises"].detail

@@ -75,7 +75,7 @@ def test_the_trainer_dead_letters_what_it_cannot_learn_from(kafka, ready):
     # Keyed by record id where the trainer could read one, else by the message key.
     by_key = {r.record_id or (r.original_key or b"").decode(): r for r in dead}
     assert {k: r.reason for k, r in by_key.items()} == {
-        "garbage": "undecodable", "task": "unexpected_kind", "v2/0": "schema_version", "nan-adv/0": "invalid",
+        "garbage": "undecodable", "task": "unexpected_kind", "v2/0": "schema_too_new", "nan-adv/0": "invalid",
         "short/0": "invalid", "too-big": "too_large", "stale/0": "stale", "stale/1": "stale",
         "no-logprobs/0": "invalid", "no-advantages/0": "invalid"}
     assert "behaviour_logprobs: length 2 != response_tokens length 3" in by_key["short/0"].detail

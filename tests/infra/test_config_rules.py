@@ -33,6 +33,13 @@ CASES = {
         ["trainer.algorithm.objective (dpo) trains on PreferencePair records",
          "processors.pipeline writes Experience records"],
         {"trainer": {"algorithm": {"objective": "sft"}}}),
+    "experience_text_kept_for_rl": (  # a mapper on experiences: the text would no longer be the tokens trained
+        {"processors": {"pipeline": ["clean", {"name": "data_juicer", "ops": [
+            {"text_length_filter": {"min_len": 1}}, {"whitespace_normalization_mapper": {}}]}, "reshape"]}},
+        ["processors.pipeline.1 (data_juicer): mapper(s) ['whitespace_normalization_mapper']",
+         "trainer.algorithm.objective (rl) learns from the generated tokens", "undertow prepare"],
+        {"processors": {"pipeline": ["clean", {"name": "data_juicer", "ops": [
+            {"whitespace_normalization_mapper": {}}]}, "reshape"]}, "trainer": {"algorithm": {"objective": "sft"}}}),
     "held_out_tasks_are_held_out": (  # another seed of a small generator: the same 100 sums
         {"feeder": {"tasksets": [{"name": "s", "source": {"name": "sums", "size": 1000}}]},
          "eval": {"tasksets": [{"name": "held", "source": {"name": "sums", "size": 10, "seed": 1}}]}},

@@ -184,7 +184,7 @@ def test_task_needs_prompt_or_messages(examples):
     assert "messages: message 0 lacks 'role'" in decode_error(pack(payload)).detail
 
 
-@pytest.mark.parametrize("version", [SCHEMA_VERSION + 1, 0, "1", True, None])
+@pytest.mark.parametrize("version", [0, -1, "1", True, None])
 def test_wrong_schema_version(examples, version):
     payload = wire(examples["experience"])
     if version is None:
@@ -194,6 +194,15 @@ def test_wrong_schema_version(examples, version):
     error = decode_error(pack(payload))
     assert error.reason == "schema_version"
     assert error.detail == f"schema_version: expected {SCHEMA_VERSION}, got {version!r}"
+
+
+def test_newer_schema_version_is_too_new(examples):
+    """Older versions are upgraded (tests/schemas/test_versions.py); a newer one cannot be read."""
+    payload = wire(examples["experience"])
+    payload["schema_version"] = SCHEMA_VERSION + 1
+    error = decode_error(pack(payload))
+    assert (error.reason, error.record_id) == ("schema_too_new", "e-1")
+    assert error.detail.startswith("schema_version: experience v2 is newer than this reader's v1")
 
 
 def test_unknown_kind(examples):

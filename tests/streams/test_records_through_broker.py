@@ -48,7 +48,7 @@ def _bad_payloads() -> dict[str, bytes]:
     fields = msgpack.unpackb(encode(good), raw=False)
     return {
         "undecodable": b"\xff\x00 not msgpack",
-        "schema_version": msgpack.packb({**fields, "schema_version": 99}),
+        "schema_too_new": msgpack.packb({**fields, "schema_version": 99}),
         "invalid": msgpack.packb({**fields, "reward": float("nan")}),
         "unexpected_kind": encode(make_examples()["task"]),
     }
