@@ -187,7 +187,8 @@ def run(cfg: TrainerConfig, context: RunContext, budget: Budget, stop: StopFlag 
     critic = build_critic(spec, cfg, process)  # PPO's value model, an engine of its own (None: critic-free)
     root = Path(cfg.checkpoint_dir).expanduser() / topics.owner
     root.mkdir(parents=True, exist_ok=True)
-    state = load_checkpoint(engine, root, critic.model if critic else None) or TrainerState()
+    state = load_checkpoint(engine, root, critic.model if critic else None,
+                            leader=process.is_leader) or TrainerState()
     tokenizer = build_tokenizer(spec)
     leader = (Leader(spec, cfg, kafka, topics, state, objective, root, fingerprint(tokenizer))
               if process.is_leader else None)

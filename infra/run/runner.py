@@ -11,6 +11,7 @@ failed run from the stage it stopped in: every component resumes from what it co
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 import threading
@@ -258,8 +259,8 @@ class Run:
 
 
 def latest_export(checkpoints: Path) -> Path:
-    """The HF export of a stage's newest checkpoint."""
-    exports = sorted(checkpoints.glob("step-*/hf"))
+    """The HF export of a stage's newest complete checkpoint (not a `.partial` save, nor one set aside)."""
+    exports = sorted(p for p in checkpoints.glob("step-*/hf") if re.fullmatch(r"step-\d{8}", p.parent.name))
     if not exports:
         raise RuntimeError(f"{checkpoints}: the previous stage left no checkpoint to start from")
     return exports[-1]
