@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
+from undertow.kernel.disk import DiskFull
 from undertow.kernel.models.weights import read_header
 from undertow.schemas import MetricEvent, WeightIntegrityError, WeightUpdate, announce_buckets, verify_manifest
 from undertow.streams.producer import RecordProducer
@@ -144,6 +145,7 @@ class BroadcastSender:
         self._next: tuple[int, list[bytes]] | None = None
         self._cond = threading.Condition()
         self._closing = False
+        self.failure: DiskFull | None = None  # a round's files met a full disk
         self._thread = threading.Thread(target=self._serve, name="weights-broadcast", daemon=True)
         self._thread.start()
 
@@ -151,6 +153,8 @@ class BroadcastSender:
         return self.files.pack(tensors, metadata)
 
     def publish(self, version: int, packed: list[bytes]) -> Published:
+        if self.failure is not None:
+            raise self.failure
         with self._cond:  # a version not yet started is superseded by a newer one
             self._next = (version, packed)
             self._cond.notify_all()
@@ -175,6 +179,9 @@ class BroadcastSender:
                 (version, buckets), self._next = self._next, None
             try:
                 self._round(version, buckets)
+            except DiskFull as e:  # the trainer's next publish raises it: a full disk stops the trainer
+                log.error("%s", e)
+                self.failure = e
             except Exception:  # never lose the thread: the next version tries again
                 log.exception("weights %s v%d: broadcast round failed", self.s.model, version)
 
