@@ -16,15 +16,7 @@ from __future__ import annotations
 from undertow.kernel.scoring import Item, LLMJudge, RewardModelScorer
 from undertow.schemas import Task
 
-from undertow.rollout.rewards.registry import rewards
-
-
-class NoVerdict(RuntimeError):
-    """A model reward gave no verdict; `reason` is the rejected record's reason."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(detail)
-        self.reason = reason
+from undertow.rollout.rewards.registry import NoVerdict, rewards  # noqa: F401 — NoVerdict: importable from here too
 
 
 def task_prompt(task: Task) -> str:
