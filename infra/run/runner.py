@@ -11,6 +11,7 @@ failed run from the stage it stopped in: every component resumes from what it co
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import sys
@@ -23,6 +24,7 @@ from typing import Any, Callable
 from undertow.infra.broker.local import LocalKafka, free_port_block
 from undertow.infra.report.metrics_log import MetricsRecorder, RunEvents, last_recorded
 from undertow.infra.run.restarts import Crash, RestartBudget
+from undertow.infra.run.secrets import referenced
 from undertow.infra.run.rollout_env import engine_command
 from undertow.infra.run.config import RestartPolicy, RunConfig, RunStage, stage_config, stage_mapping, write_yaml
 from undertow.infra.run.supervisor import Child, Supervisor
@@ -117,6 +119,10 @@ class Run:
 
     def __init__(self, config: RunConfig, raw: dict[str, Any], run_dir: Path,
                  view: Callable[["Run", str, MetricsRecorder], None] | None = None):
+        # The stage configs written below keep references, never a secret; the values go to this
+        # process's environment, which every component started inherits (infra/run/secrets.py).
+        raw, secrets = referenced(raw)
+        os.environ.update(secrets)
         self.config, self.raw, self.run_dir, self.view = config, raw, run_dir, view
         self.state = RunState.load(run_dir)
         self.stop_requested = threading.Event()
@@ -271,7 +277,7 @@ def new_run_dir(config: RunConfig, raw: dict[str, Any], base: Path | None = None
     parent = base or Path(config.run.dir)
     run_dir = parent / f"{config.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=False)
-    write_yaml(run_dir / "config.yaml", raw)
+    write_yaml(run_dir / "config.yaml", referenced(raw)[0])  # no secret in clear: `--resume` reads references
     return run_dir
 
 
