@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from secrets import token_hex
 from typing import Any, Callable
 
 from undertow.infra.broker.local import LocalKafka, free_port_block
@@ -29,6 +30,7 @@ from undertow.infra.run.rollout_env import engine_command
 from undertow.infra.run.config import RestartPolicy, RunConfig, RunStage, stage_config, stage_mapping, write_yaml
 from undertow.infra.run.supervisor import Child, Supervisor
 from undertow.streams import KafkaSettings, create_topics
+from undertow.streams.weights.broadcast import TOKEN_ENV
 
 # The trainer checkpoints before the processors go; the evaluator after the trainer, to score its final
 # weights; the watchers after the evaluator, to read its last results; the monitor goes last, to write
@@ -123,6 +125,9 @@ class Run:
         # process's environment, which every component started inherits (infra/run/secrets.py).
         raw, secrets = referenced(raw)
         os.environ.update(secrets)
+        # The broadcast rendezvous admits only peers that hold this (streams/weights/broadcast.py); a
+        # fresh one per `undertow run`, never written down: a resume restarts every component anyway.
+        os.environ.setdefault(TOKEN_ENV, token_hex(16))
         self.config, self.raw, self.run_dir, self.view = config, raw, run_dir, view
         self.state = RunState.load(run_dir)
         self.stop_requested = threading.Event()

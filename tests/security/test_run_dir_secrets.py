@@ -12,6 +12,7 @@ import pytest
 from undertow.infra.run.config import load_component_config, load_run_config
 from undertow.infra.run.runner import Run, new_run_dir
 from undertow.kernel.config_io import ConfigError
+from undertow.streams.weights.broadcast import TOKEN_ENV
 from tests.helpers import write_config
 
 FROM_ENV, IN_CLEAR = "s3cr3t-from-the-env", "s3cr3t-written-in-clear"
@@ -19,7 +20,8 @@ FROM_ENV, IN_CLEAR = "s3cr3t-from-the-env", "s3cr3t-written-in-clear"
 
 def test_a_run_directory_holds_references_never_the_passwords(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("LAB_KAFKA_PASSWORD", FROM_ENV)
-    monkeypatch.delenv("UNDERTOW_KAFKA_SSL_PASSWORD", raising=False)  # restored (removed) after the test
+    for name in ("UNDERTOW_KAFKA_SSL_PASSWORD", TOKEN_ENV):  # the run sets them: removed again after the test
+        monkeypatch.delenv(name, raising=False)
     path = write_config(tmp_path / "lab.yaml", "lab", kafka={
         "bootstrap_servers": "127.0.0.1:9", "security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN",
         "sasl_username": "alice", "sasl_password": "${LAB_KAFKA_PASSWORD}", "ssl_password": IN_CLEAR})
@@ -33,9 +35,11 @@ def test_a_run_directory_holds_references_never_the_passwords(tmp_path: Path, mo
     stage, _, _ = run._stage_config(0, None)  # what each component is started with
     files = [p for p in run_dir.rglob("*") if p.is_file()]
     assert {p.name for p in files} >= {"config.yaml", stage.name}
+    token = os.environ[TOKEN_ENV]  # the broadcast rendezvous' token, for the components the run starts
+    assert len(token) == 32
     for p in files:
         text = p.read_text()
-        assert FROM_ENV not in text and IN_CLEAR not in text, p
+        assert FROM_ENV not in text and IN_CLEAR not in text and token not in text, p
     assert "${LAB_KAFKA_PASSWORD}" in stage.read_text() and "${UNDERTOW_KAFKA_SSL_PASSWORD}" in stage.read_text()
 
     # The components inherit the run's environment: the stage config resolves; so does a resume's.
