@@ -125,9 +125,10 @@ class Run:
         # process's environment, which every component started inherits (infra/run/secrets.py).
         raw, secrets = referenced(raw)
         os.environ.update(secrets)
-        # The broadcast rendezvous admits only peers that hold this (streams/weights/broadcast.py); a
-        # fresh one per `undertow run`, never written down: a resume restarts every component anyway.
-        os.environ.setdefault(TOKEN_ENV, token_hex(16))
+        # The broadcast rendezvous admits only peers that hold this (streams/weights/broadcast.py): the
+        # caller's, else a fresh one per `undertow run`, given to the components it starts and never
+        # written down (a resume restarts every component anyway).
+        self.child_env = {TOKEN_ENV: os.environ.get(TOKEN_ENV) or token_hex(16)}
         self.config, self.raw, self.run_dir, self.view = config, raw, run_dir, view
         self.state = RunState.load(run_dir)
         self.stop_requested = threading.Event()
@@ -172,7 +173,7 @@ class Run:
                                    after=last_recorded(metrics, stage=name))
         recorder.start()
         sup = Supervisor(self.run_dir / "logs" / f"{index}-{name}",
-                         env={"UNDERTOW_BOOTSTRAP": self.kafka.bootstrap_servers})
+                         env={"UNDERTOW_BOOTSTRAP": self.kafka.bootstrap_servers, **self.child_env})
         events = RunEvents(self.kafka, namespace)
         watch = StageWatch(sup, self.config.run.restarts, events, name)
         cli = [sys.executable, "-m", "undertow.infra.cli"]

@@ -20,8 +20,8 @@ FROM_ENV, IN_CLEAR = "s3cr3t-from-the-env", "s3cr3t-written-in-clear"
 
 def test_a_run_directory_holds_references_never_the_passwords(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("LAB_KAFKA_PASSWORD", FROM_ENV)
-    for name in ("UNDERTOW_KAFKA_SSL_PASSWORD", TOKEN_ENV):  # the run sets them: removed again after the test
-        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("UNDERTOW_KAFKA_SSL_PASSWORD", "")  # the run sets it: as before after the test
+    monkeypatch.delenv("UNDERTOW_KAFKA_SSL_PASSWORD")  # (setenv records its state, a delenv of a missing one not)
     path = write_config(tmp_path / "lab.yaml", "lab", kafka={
         "bootstrap_servers": "127.0.0.1:9", "security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN",
         "sasl_username": "alice", "sasl_password": "${LAB_KAFKA_PASSWORD}", "ssl_password": IN_CLEAR})
@@ -35,7 +35,7 @@ def test_a_run_directory_holds_references_never_the_passwords(tmp_path: Path, mo
     stage, _, _ = run._stage_config(0, None)  # what each component is started with
     files = [p for p in run_dir.rglob("*") if p.is_file()]
     assert {p.name for p in files} >= {"config.yaml", stage.name}
-    token = os.environ[TOKEN_ENV]  # the broadcast rendezvous' token, for the components the run starts
+    token = run.child_env[TOKEN_ENV]  # the broadcast rendezvous' token, for the components the run starts
     assert len(token) == 32
     for p in files:
         text = p.read_text()
