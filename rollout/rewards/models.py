@@ -31,6 +31,7 @@ class _OnResponse:
     """A kernel scorer as a reward: `{name: value}` for one response, or NoVerdict."""
 
     name: str
+    own_deadline = True  # the scorer waits at most its `timeout_s` (and loads its model first): no second deadline
 
     def __call__(self, response: str, task: Task) -> dict[str, float]:
         verdict = self.score([Item(task_prompt(task), response, task.answer or "")])[0]  # type: ignore[attr-defined]

@@ -4,7 +4,8 @@ A reward is user code run on every sample: one that hangs (a catastrophic regex,
 never returns, a remote scorer without a timeout) would stall the worker for good. `build_reward`
 therefore calls it on a thread of its own and waits at most `timeout_s`; no result by then raises
 NoVerdict("timeout"), and the worker dead-letters the task with reason `timeout` and goes on (the
-pattern of the scorers' deadline, kernel/scoring/base.py). Python cannot stop a thread: the hung
+pattern of the scorers' deadline, kernel/scoring/base.py; a reward with a deadline of its own says
+so with `own_deadline = True` and is called directly). Python cannot stop a thread: the hung
 call keeps its (daemon) thread, and once `MAX_HUNG` of them hang every further call is refused at
 once, so hung threads never pile up without bound.
 """
@@ -46,7 +47,9 @@ def build_reward(entry: str | Mapping[str, Any], *, timeout_s: float | None = No
     with `timeout_s`, a call that takes longer raises NoVerdict("timeout")."""
     component = rewards.resolve(entry)
     checked = functools.partial(_checked, component.name, component.bind())
-    return checked if timeout_s is None else _Deadline(component.name, checked, timeout_s)
+    if timeout_s is None or getattr(component.obj, "own_deadline", False):  # e.g. the model rewards' scorers
+        return checked
+    return _Deadline(component.name, checked, timeout_s)
 
 
 class _Deadline:
