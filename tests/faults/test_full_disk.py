@@ -16,6 +16,8 @@ from undertow.schemas import Experience, PreferencePair, WeightIntegrityError, a
 from undertow.streams.archive_store import ArchivedMessage, ArchiveStore
 from undertow.streams.weights import FilesSender, Sending, WeightsConfig, fetch_files, manifest_of
 
+from tests.helpers import wait_for
+
 from .full_disk import LimitedFileSystem, files_under, limited
 
 T0_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -80,3 +82,24 @@ def test_a_full_disk_while_writing_a_weights_version_leaves_no_version_a_worker_
     manifest = sender.write(2, buckets)
     assert len(fetch_files(announce_buckets("policy", 2, manifest, transport="files", uri=sender.version_uri(2)),
                            str(tmp_path / "staging")).files) == len(buckets)
+
+
+@pytest.mark.broker
+def test_a_full_disk_under_the_broadcast_files_stops_the_trainer_at_its_next_publish(kafka, namespace, tmp_path: Path):
+    """The broadcast's files are written by its own thread: the failure reaches the trainer's next publish."""
+    from undertow.streams import RecordProducer, Topics
+    from undertow.streams.weights import BroadcastSender
+
+    uri = limited(tmp_path / "weights", 1000)  # less than one bucket
+    cfg = WeightsConfig(transport="broadcast", uri=uri, bucket_bytes=20_000, broadcast={"join_timeout_s": 0.1})
+    with RecordProducer(kafka) as producer:
+        sender = BroadcastSender(Sending("policy", cfg, producer, Topics(namespace), "full", kafka))
+        buckets = sender.pack({"w": torch.zeros(4000)}, None)
+        try:
+            sender.publish(1, buckets)  # handed to the thread: the trainer trains on
+            wait_for(lambda: sender.failure is not None, 30, what="the round's files")
+            with pytest.raises(DiskFull, match="weights policy v1: no space left on the device"):
+                sender.publish(2, buckets)
+        finally:
+            sender.close()
+    assert files_under(tmp_path / "weights") == []  # nothing half written stays
