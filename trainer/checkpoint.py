@@ -225,8 +225,10 @@ def _set_aside(root: Path, damaged: list[tuple[str, str]], loaded: str) -> None:
 
 
 def _prune(root: Path, keep: int) -> None:
+    """The `keep` newest checkpoints stay; older ones go, with what crashed saves left (.partial, .old)."""
     tags = sorted(p for p in root.iterdir() if p.is_dir() and TAG.match(p.name))
-    for old in tags[:-keep]:
+    leftovers = [p for p in root.glob("step-*") if p.is_dir() and p.suffix in (".partial", ".old")]
+    for old in tags[:-keep] + leftovers:
         shutil.rmtree(old, ignore_errors=True)
 
 
