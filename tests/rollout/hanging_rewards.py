@@ -14,3 +14,9 @@ def hang_on_seven(response: str, task: Task) -> dict[str, float]:
     if task.answer == "7":
         RELEASE.wait()
     return {"correct": float(response.strip() == task.answer)}
+
+
+def hang(response: str, task: Task) -> dict[str, float]:
+    """Hangs on every call until released; then calls every answer right."""
+    RELEASE.wait()
+    return {"correct": 1.0}
