@@ -68,6 +68,9 @@ class RolloutConfig(BaseModel):
     sampling: SamplingParams = Field(default_factory=SamplingParams, description="temperature, top_p, max_new_tokens")
     workflow: Entry = Field("single_turn", description="single_turn, multi_turn (+ environment), or dotted path")
     reward: Entry = Field("numeric_match", description="reward function (see rollout.rewards) or dotted path")
+    reward_timeout_s: float | None = Field(
+        30.0, gt=0, description="longest a reward call may take; past it the task goes to the rejected topic with "
+                                "reason timeout (null: wait for ever)")
     chat_template: bool = Field(True, description="wrap plain prompts as a user message in the chat template")
     batch_tasks: int = Field(
         8, ge=1, le=1024, description="most ready tasks a worker generates in one engine call (workflows without a "

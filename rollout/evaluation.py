@@ -12,6 +12,7 @@ the same reward, so held-out numbers and training rewards mean the same thing.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from math import comb
@@ -23,6 +24,7 @@ from undertow.rollout.config import EvalConfig, RolloutConfig, TasksetConfig
 from undertow.rollout.engines import Engine, SamplingParams
 from undertow.rollout.contamination import heldout_items
 from undertow.rollout.rewards import RewardFn, build_reward, total
+from undertow.rollout.rewards.registry import NoVerdict
 from undertow.rollout.workflows import WorkflowContext
 from undertow.rollout.workflows.base import prompt_tokens
 
@@ -41,6 +43,9 @@ def pass_at_k(n: int, correct: int, k: int) -> float:
 def ks_for(samples: int) -> list[int]:
     """The k reported for n samples: 1 and n (and 1 alone for n = 1)."""
     return sorted({1, samples}) if samples else []
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -66,7 +71,7 @@ class Evaluator:
 
     def __init__(self, engine: Engine, rollout: RolloutConfig, cfg: EvalConfig, model: str):
         self.engine, self.cfg, self.model = engine, cfg, model
-        self.reward: RewardFn = build_reward(rollout.reward)
+        self.reward: RewardFn = _wrong_when_unscored(build_reward(rollout.reward, timeout_s=rollout.reward_timeout_s))
         self.ctx = WorkflowContext(engine=engine, sampling=rollout.sampling, reward=self.reward,
                                    chat_template=rollout.chat_template)
         longest = cfg.max_new_tokens or rollout.sampling.max_new_tokens
@@ -119,6 +124,18 @@ class Evaluator:
 
     def _correct(self, reward: float) -> bool:
         return reward >= self.cfg.success_threshold
+
+
+def _wrong_when_unscored(reward: RewardFn) -> RewardFn:
+    """An answer whose reward gave no verdict (a timeout, a judge's unparsable reply) scores 0: it
+    counts as wrong, logged, and the evaluation goes on instead of hanging or dying on it."""
+    def scored(response: str, task: Task) -> dict[str, float]:
+        try:
+            return reward(response, task)
+        except NoVerdict as e:
+            log.warning("eval: task %s scored 0: %s (%s)", task.task_id, e.reason, e)
+            return {}
+    return scored
 
 
 def metric_values(results: list[EvalResult]) -> dict[str, float]:

@@ -49,7 +49,8 @@ class RolloutWorker:
         self.name, self.model_name = name, run.model.name
         self.topics = run.topics
         self.engine = build_engine(cfg.engine, run.model)
-        self.ctx = WorkflowContext(engine=self.engine, sampling=cfg.sampling, reward=build_reward(cfg.reward),
+        reward = build_reward(cfg.reward, timeout_s=cfg.reward_timeout_s)  # a hanging one: reason timeout
+        self.ctx = WorkflowContext(engine=self.engine, sampling=cfg.sampling, reward=reward,
                                    chat_template=cfg.chat_template)
         self.workflow = build_batch_workflow(cfg.workflow)
         self.batch_tasks = cfg.batch_tasks

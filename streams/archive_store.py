@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from undertow.kernel.disk import stop_when_full
 from undertow.schemas import Record, arrow_schema, record_type, to_arrow
 
 META_FIELDS = [
@@ -138,12 +139,21 @@ class ArchiveStore:
                     messages: list[ArchivedMessage]) -> list[str]:
         """Write one partition's consumed range `[first, last]`; returns the paths written."""
         tables = self._tables(topic, partition, messages)
-        paths = []
-        for i, ((kind, day), table) in enumerate(sorted(tables.items()), start=1):
-            name = f"p{partition:03d}-{first:012d}-{last:012d}-{i}of{len(tables)}-{kind}.parquet"
-            directory = f"{self.topic_dir(suffix)}/{kind}/{day}"
-            paths.append(self._write_atomically(directory, name, table))
+        paths: list[str] = []
+        # A full disk: the range's files written so far go too (a reader would take them for rows),
+        # and the archiver stops; its consumer never committed the range, a restart writes it again.
+        with stop_when_full(f"archive {suffix} partition {partition} offsets {first}-{last}", self.base,
+                            cleanup=lambda: self._delete(paths)):
+            for i, ((kind, day), table) in enumerate(sorted(tables.items()), start=1):
+                name = f"p{partition:03d}-{first:012d}-{last:012d}-{i}of{len(tables)}-{kind}.parquet"
+                directory = f"{self.topic_dir(suffix)}/{kind}/{day}"
+                paths.append(self._write_atomically(directory, name, table))
         return paths
+
+    def _delete(self, paths: list[str]) -> None:
+        for path in paths:
+            if self.fs.get_file_info(path).type != pafs.FileType.NotFound:
+                self.fs.delete_file(path)
 
     def _tables(self, topic: str, partition: int, messages: list[ArchivedMessage]) -> dict[tuple[str, str], pa.Table]:
         groups: dict[tuple[str, str], list[ArchivedMessage]] = defaultdict(list)
@@ -156,7 +166,7 @@ class ArchiveStore:
         # Readers skip names starting with "_": a half-written file is never taken for a done range.
         self.fs.create_dir(directory, recursive=True)
         temporary, final = f"{directory}/_{uuid.uuid4().hex}.tmp", f"{directory}/{name}"
-        pq.write_table(table, temporary, filesystem=self.fs, compression="zstd")
+        pq.write_table(table, temporary, filesystem=self.fs, compression="zstd")  # a failed write deletes it
         self.fs.move(temporary, final)
         return final
 

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import os
+import re
 import ssl
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 BOOTSTRAP_ENV = "UNDERTOW_BOOTSTRAP"
+SECRETS = ("sasl_password", "ssl_password")  # never written to a run directory in clear (infra/run/secrets.py)
+_REFERENCE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+
+
+def env_reference(value: object) -> str | None:
+    """The variable's name when `value` is a `${NAME}` reference, else None."""
+    match = _REFERENCE.match(value) if isinstance(value, str) else None
+    return match.group(1) if match else None
 
 
 class KafkaSettings(BaseModel):
@@ -23,13 +32,27 @@ class KafkaSettings(BaseModel):
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
         None, description="SASL mechanism when the protocol is SASL_* (None: PLAIN)")
     sasl_username: str | None = Field(None, description="SASL user name")
-    sasl_password: str | None = Field(None, description="SASL password")
+    sasl_password: str | None = Field(None, repr=False, description="SASL password, or ${ENV_VAR} to read it from "
+                                                                    "the environment (what a run directory keeps)")
     ssl_cafile: str | None = Field(None, description="CA bundle that signed the brokers' certificates")
     ssl_certfile: str | None = Field(None, description="client certificate (mutual TLS)")
     ssl_keyfile: str | None = Field(None, description="client private key (mutual TLS)")
-    ssl_password: str | None = Field(None, description="password of an encrypted ssl_keyfile")
+    ssl_password: str | None = Field(None, repr=False, description="password of an encrypted ssl_keyfile, or "
+                                                                   "${ENV_VAR}")
     ssl_check_hostname: bool = Field(True, description="verify the broker's host name against its certificate")
     client_id: str = Field("undertow", description="client id reported to the brokers")
+
+    @field_validator(*SECRETS)
+    @classmethod
+    def _from_env(cls, v: str | None) -> str | None:
+        """`${NAME}`: the secret is the environment variable's value (configs and run directories keep the name)."""
+        name = env_reference(v)
+        if name is None:
+            return v
+        if name not in os.environ:
+            raise ValueError(f"{v} is not set in the environment: set it (a run directory keeps the reference, "
+                             f"never the secret)")
+        return os.environ[name]
 
     @field_validator("bootstrap_servers")
     @classmethod

@@ -115,6 +115,21 @@ def check_tokenizer(exp: Experience, tokenizer: str | None) -> IntakeVerdict:
     return IntakeVerdict()
 
 
+def check_vocabulary(record: Record, vocab_size: int | None) -> IntakeVerdict:
+    """Every token id must index the model's embedding: one outside [0, vocab_size) fails the forward
+    pass (an IndexError on a CPU, a device-side assert that ends the process on a GPU)."""
+    if vocab_size is None:
+        return IntakeVerdict()
+    for name, value in record:
+        if not (name.endswith("_tokens") and isinstance(value, list) and value):
+            continue
+        if min(value) < 0 or max(value) >= vocab_size:
+            bad = [t for t in value if not 0 <= t < vocab_size]
+            return IntakeVerdict("token_out_of_vocabulary", f"{name}: ids {bad[:5]} are outside the model's "
+                                                            f"vocabulary [0, {vocab_size})")
+    return IntakeVerdict()
+
+
 class TrainedIds:
     """The ids of the last `capacity` trained records, oldest forgotten first (bounded memory)."""
 

@@ -16,7 +16,7 @@ from undertow.streams import KafkaSettings, RecordConsumer, RecordProducer, Topi
 
 from .config import BatchingConfig
 from .groups import (GroupAssembler, Item, OffsetTracker, Partition, TrainedIds, batch_metrics, check_experience,
-                     check_tokenizer)
+                     check_tokenizer, check_vocabulary)
 from .window import Window
 
 STAGE = "trainer"
@@ -47,9 +47,9 @@ class ReadyIntake:
     def __init__(self, settings: KafkaSettings, topics: Topics, cfg: BatchingConfig, *, group_id: str,
                  record_type: type[Record], checks_staleness: bool, producer: RecordProducer,
                  start: dict[tuple[str, int], int], trained_ids: list[str], seed: int = 0,
-                 tokenizer: str | None = None, topic: str | None = None):
+                 tokenizer: str | None = None, topic: str | None = None, vocab_size: int | None = None):
         self.cfg, self.topics, self.producer, self.consumer_group = cfg, topics, producer, group_id
-        self.checks_staleness, self.tokenizer = checks_staleness, tokenizer
+        self.checks_staleness, self.tokenizer, self.vocab_size = checks_staleness, tokenizer, vocab_size
         self.consumer = RecordConsumer(settings, [], group_id=group_id, expect=record_type,
                                        rejected_topic=topics.rejected, producer=producer, stage=STAGE)
         self.trained = TrainedIds(cfg.max_trained_ids, trained_ids)
@@ -82,14 +82,15 @@ class ReadyIntake:
             self.counts.duplicates += 1
             self.offsets.seen(item.partition, item.offset, held=False)
             return
-        if isinstance(item.record, Experience):
+        verdict = check_vocabulary(item.record, self.vocab_size)
+        if not verdict.reason and isinstance(item.record, Experience):
             verdict = check_tokenizer(item.record, self.tokenizer)
             if not verdict.reason and self.checks_staleness:
                 verdict = check_experience(item.record, version, self.cfg.max_staleness)
-            if verdict.reason:
-                self.offsets.seen(item.partition, item.offset, held=False)
-                self._reject(item, verdict.reason, verdict.detail)
-                return
+        if verdict.reason:
+            self.offsets.seen(item.partition, item.offset, held=False)
+            self._reject(item, verdict.reason, verdict.detail)
+            return
         self.offsets.seen(item.partition, item.offset, held=True)
         group = self.assembler.add(item, now)
         if group is not None:

@@ -8,6 +8,7 @@ offsets to Kafka. On SIGTERM/SIGINT or a budget: publish, checkpoint and commit 
 
 from __future__ import annotations
 
+import logging
 import math
 import signal
 import time
@@ -32,6 +33,8 @@ from .groups import Item, record_id
 from .step import TrainStepResult, StepShape, train_step
 
 COMPONENT = "trainer"
+MAX_FAILED_STEPS = 3  # batches in a row whose step raised before the trainer stops: then it is not the data
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -62,7 +65,8 @@ class Leader:
     """Rank 0's duties: the ready topic's intake, the producer, metrics, weight publishing and offset commits."""
 
     def __init__(self, spec: ModelSpec, cfg: TrainerConfig, kafka: KafkaSettings, topics: Topics,
-                 state: TrainerState, objective: Objective, root: Path, tokenizer: str | None = None):
+                 state: TrainerState, objective: Objective, root: Path, tokenizer: str | None = None,
+                 vocab_size: int | None = None):
         self.spec, self.cfg, self.topics, self.state = spec, cfg, topics, state
         self.producer = RecordProducer(kafka)
         self.sender = build_sender(Sending(spec.name, cfg.weights, self.producer, topics,
@@ -74,13 +78,13 @@ class Leader:
                          group_id=f"{cfg.consumer_group}.shadow-{topics.shadow}" if shadow else cfg.consumer_group,
                          record_type=objective.record_type, checks_staleness=objective.checks_staleness and not shadow,
                          producer=self.producer, start=state.offset_map(), trained_ids=state.trained_ids,
-                         seed=cfg.engine.seed, tokenizer=tokenizer)
+                         seed=cfg.engine.seed, tokenizer=tokenizer, vocab_size=vocab_size)
         # CHORD's demonstrations: a second intake on the expert topic, in the same group and checkpoint.
         self.expert = None if cfg.mixing is None else ReadyIntake(
             kafka, topics, BatchingConfig(experiences=cfg.mixing.expert_per_step, max_wait_s=0.0),
             group_id=self.intake.consumer_group, record_type=Experience, checks_staleness=False,
             producer=self.producer, start=state.offset_map(), trained_ids=state.trained_ids,
-            seed=cfg.engine.seed, tokenizer=tokenizer, topic=topics.expert)
+            seed=cfg.engine.seed, tokenizer=tokenizer, topic=topics.expert, vocab_size=vocab_size)
         self.ledger = Ledger(root)
         self.ledger.rewind(state.step)
         self.wait_s = 0.0
@@ -127,7 +131,9 @@ class Leader:
         for intake in self.intakes():
             mine = [i for i in self.pending if i.partition[0] == intake.topic]
             refused = [i for i in mine if i.record_id in untrained]
-            if refused:
+            if refused and result.failure:
+                intake.refused(refused, "forward_failed", result.failure)
+            elif refused:
                 intake.refused(refused, "non_finite", "no update of the step had a finite loss and gradient")
             items = [i for i in mine if i.record_id not in untrained]
             intake.trained_on(items)
@@ -187,9 +193,11 @@ def run(cfg: TrainerConfig, context: RunContext, budget: Budget, stop: StopFlag 
     critic = build_critic(spec, cfg, process)  # PPO's value model, an engine of its own (None: critic-free)
     root = Path(cfg.checkpoint_dir).expanduser() / topics.owner
     root.mkdir(parents=True, exist_ok=True)
-    state = load_checkpoint(engine, root, critic.model if critic else None) or TrainerState()
+    state = load_checkpoint(engine, root, critic.model if critic else None,
+                            leader=process.is_leader) or TrainerState()
     tokenizer = build_tokenizer(spec)
-    leader = (Leader(spec, cfg, kafka, topics, state, objective, root, fingerprint(tokenizer))
+    vocab_size = engine.module.get_input_embeddings().num_embeddings  # the ids the embedding can look up
+    leader = (Leader(spec, cfg, kafka, topics, state, objective, root, fingerprint(tokenizer), vocab_size)
               if process.is_leader else None)
     try:
         _loop(engine, objective, ref_model, cfg, process, state, leader, root, stop, budget,
@@ -203,6 +211,7 @@ def run(cfg: TrainerConfig, context: RunContext, budget: Budget, stop: StopFlag 
 def _loop(engine: Any, objective: Objective, ref_model: Any, cfg: TrainerConfig, process: Process, state: TrainerState,
           leader: Leader | None, root: Path, stop: StopFlag, budget: Budget, pad_id: int, critic: Any = None) -> None:
     shape = StepShape(cfg.micro_batch_tokens, cfg.mini_batches, cfg.ppo_epochs, cfg.batching.pad_to_multiple)
+    failures = 0  # batches in a row whose step raised
     if state.step > 0:
         # Resumed: announce the restored version first, so that workers holding weights from steps
         # this trainer lost (it died after its checkpoint) follow it back.
@@ -213,8 +222,9 @@ def _loop(engine: Any, objective: Objective, ref_model: Any, cfg: TrainerConfig,
         if command.records:
             if hasattr(objective, "begin_step"):  # a schedule over steps (CHORD's μ), the same on every rank
                 objective.begin_step(state.step)
-            result = train_step(engine, objective, command.records, ref_model, process, pad_id=pad_id, shape=shape,
-                                critic=critic)
+            result = _guarded_step(engine, objective, command.records, ref_model, process, pad_id, shape, critic,
+                                   failures)
+            failures = failures + 1 if result.failure else 0
             if result.metrics["updates"]:  # a step none of whose updates applied leaves the version
                 state.step += 1
             if leader:
@@ -229,6 +239,28 @@ def _loop(engine: Any, objective: Objective, ref_model: Any, cfg: TrainerConfig,
                 leader.commit()
         if command.stop:
             return
+
+
+def _guarded_step(engine: Any, objective: Objective, records: list, ref_model: Any, process: Process, pad_id: int,
+                  shape: StepShape, critic: Any, failures: int) -> TrainStepResult:
+    """train_step, but a batch whose step raises is dead-lettered (to the rejected topic, reason
+    forward_failed) instead of killing the trainer, which would meet the same batch after every
+    restart. The prepare pass runs the forward over every record before any update, so a record the
+    model cannot take fails there, with the weights untouched. Several batches in a row failing is
+    not the data: the trainer stops. (Each rank decides alone: a failure on one rank of several
+    leaves the others in a collective until its timeout.)"""
+    try:
+        return train_step(engine, objective, records, ref_model, process, pad_id=pad_id, shape=shape, critic=critic)
+    except Exception as e:
+        if failures + 1 >= MAX_FAILED_STEPS:
+            raise RuntimeError(f"{MAX_FAILED_STEPS} batches in a row failed their step; the last: "
+                               f"{type(e).__name__}: {e}") from e
+        log.exception("a batch of %d records failed its step: dead-lettered", len(records))
+        for model in (engine, critic.model if critic is not None else None):
+            if model is not None:
+                model.zero_grad()  # whatever the failed pass accumulated
+        return TrainStepResult({"updates": 0.0, "failed_steps": 1.0}, list(records),
+                               failure=f"{type(e).__name__}: {str(e)[:500]}")
 
 
 def _publish(engine: Any, leader: Leader | None) -> None:

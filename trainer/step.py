@@ -185,6 +185,7 @@ class TrainStepResult:
 
     metrics: dict[str, float]
     untrained: list[Record]
+    failure: str | None = None  # the step raised: every record is untrained, this says why
 
 
 def train_step(engine: Any, objective: Objective, records: list[Record], ref_model: Any, process: Process, *,

@@ -35,8 +35,8 @@ def archive(config: Path = typer.Argument(..., exists=True, dir_okay=False, help
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
-    with progress(f"archive {cfg.namespace}", total=max_records, unit="rows") as bar:
-        stats = archiver.run(lambda: stop["requested"], max_records, idle_timeout, bar)
+    with user_errors(), progress(f"archive {cfg.namespace}", total=max_records, unit="rows") as bar:
+        stats = archiver.run(lambda: stop["requested"], max_records, idle_timeout, bar)  # a full disk: exit 2
     console.print(f"archived {stats.rows} rows in {stats.files} files ({stats.rows_per_s:.0f} rows/s; "
                   f"{stats.undecodable} undecodable kept as rejected rows) under {cfg.archive.root}/{cfg.namespace}")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable, Iterator
 
+from undertow.kernel.models.checks import context_length, missing_weights, model_problems
 from undertow.processors.api import PROCESSORS
 from undertow.processors.pipeline import Pipeline
 from undertow.rollout.contamination import shares
@@ -125,6 +126,37 @@ def adapters_reach_an_engine_that_applies_them(cfg: "RunConfig") -> Iterator[str
     problem = ask(engine.kwargs, lora.rank) if ask else f"rollout.engine ({engine.name}) does not say it applies them"
     if problem:
         yield f"trainer.lora (rank {lora.rank}) publishes adapter-only weight updates, but {problem}"
+
+
+@rule
+def model_files_exist(cfg: "RunConfig") -> Iterator[str]:
+    """Missing model files fail here, before a broker, the children and a model build (seconds later)."""
+    yield from model_problems(cfg.model)
+    critic = cfg.trainer.critic
+    if critic is not None and critic.init_from and (problem := missing_weights(critic.init_from)):
+        yield f"trainer.critic.init_from: {problem}"
+
+
+# Longest response that is never a typo when the model does not say its context (no config key).
+MAX_NEW_TOKENS_WITHOUT_CONTEXT = 1 << 20
+
+
+@rule
+def max_new_tokens_fit_the_context(cfg: "RunConfig") -> Iterator[str]:
+    """A response as long as the model's context leaves no room for the prompt: every generation fails
+    (or, on a model that does not say its context, runs for hours)."""
+    asked = {"rollout.sampling.max_new_tokens": cfg.rollout.sampling.max_new_tokens,
+             "eval.max_new_tokens": cfg.eval.max_new_tokens}
+    context = context_length(cfg.model)
+    for field, tokens in asked.items():
+        if tokens is None:
+            continue
+        if context is not None and tokens >= context[0]:
+            yield (f"{field} ({tokens}) must be below the model's context ({context[0]} tokens, {context[1]}): "
+                   f"prompt and response together never fit")
+        elif context is None and tokens > MAX_NEW_TOKENS_WITHOUT_CONTEXT:
+            yield (f"{field} ({tokens}) is beyond {MAX_NEW_TOKENS_WITHOUT_CONTEXT} tokens and the model states no "
+                   f"context to check it against: set it to what the model can generate")
 
 
 @whole_run_rule

@@ -11,21 +11,26 @@ failed run from the stage it stopped in: every component resumes from what it co
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from secrets import token_hex
 from typing import Any, Callable
 
 from undertow.infra.broker.local import LocalKafka, free_port_block
 from undertow.infra.report.metrics_log import MetricsRecorder, RunEvents, last_recorded
 from undertow.infra.run.restarts import Crash, RestartBudget
+from undertow.infra.run.secrets import referenced
 from undertow.infra.run.rollout_env import engine_command
 from undertow.infra.run.config import RestartPolicy, RunConfig, RunStage, stage_config, stage_mapping, write_yaml
 from undertow.infra.run.supervisor import Child, Supervisor
 from undertow.streams import KafkaSettings, create_topics
+from undertow.streams.weights.broadcast import TOKEN_ENV
 
 # The trainer checkpoints before the processors go; the evaluator after the trainer, to score its final
 # weights; the watchers after the evaluator, to read its last results; the monitor goes last, to write
@@ -116,6 +121,14 @@ class Run:
 
     def __init__(self, config: RunConfig, raw: dict[str, Any], run_dir: Path,
                  view: Callable[["Run", str, MetricsRecorder], None] | None = None):
+        # The stage configs written below keep references, never a secret; the values go to this
+        # process's environment, which every component started inherits (infra/run/secrets.py).
+        raw, secrets = referenced(raw)
+        os.environ.update(secrets)
+        # The broadcast rendezvous admits only peers that hold this (streams/weights/broadcast.py): the
+        # caller's, else a fresh one per `undertow run`, given to the components it starts and never
+        # written down (a resume restarts every component anyway).
+        self.child_env = {TOKEN_ENV: os.environ.get(TOKEN_ENV) or token_hex(16)}
         self.config, self.raw, self.run_dir, self.view = config, raw, run_dir, view
         self.state = RunState.load(run_dir)
         self.stop_requested = threading.Event()
@@ -160,7 +173,7 @@ class Run:
                                    after=last_recorded(metrics, stage=name))
         recorder.start()
         sup = Supervisor(self.run_dir / "logs" / f"{index}-{name}",
-                         env={"UNDERTOW_BOOTSTRAP": self.kafka.bootstrap_servers})
+                         env={"UNDERTOW_BOOTSTRAP": self.kafka.bootstrap_servers, **self.child_env})
         events = RunEvents(self.kafka, namespace)
         watch = StageWatch(sup, self.config.run.restarts, events, name)
         cli = [sys.executable, "-m", "undertow.infra.cli"]
@@ -258,8 +271,8 @@ class Run:
 
 
 def latest_export(checkpoints: Path) -> Path:
-    """The HF export of a stage's newest checkpoint."""
-    exports = sorted(checkpoints.glob("step-*/hf"))
+    """The HF export of a stage's newest complete checkpoint (not a `.partial` save, nor one set aside)."""
+    exports = sorted(p for p in checkpoints.glob("step-*/hf") if re.fullmatch(r"step-\d{8}", p.parent.name))
     if not exports:
         raise RuntimeError(f"{checkpoints}: the previous stage left no checkpoint to start from")
     return exports[-1]
@@ -270,7 +283,7 @@ def new_run_dir(config: RunConfig, raw: dict[str, Any], base: Path | None = None
     parent = base or Path(config.run.dir)
     run_dir = parent / f"{config.run.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=False)
-    write_yaml(run_dir / "config.yaml", raw)
+    write_yaml(run_dir / "config.yaml", referenced(raw)[0])  # no secret in clear: `--resume` reads references
     return run_dir
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 from typing import Any, Mapping
 
 from undertow.schemas import Task
@@ -65,11 +66,15 @@ def math_verify(response: str, task: Task) -> dict[str, float]:
 
     if not task.answer:
         return {"math": 0.0}
+    # math-verify times itself out with SIGALRM, which only the main thread may use; on another (the
+    # worker calls rewards on a thread under rollout.reward_timeout_s, registry.py) that deadline rules.
+    limit = 5 if threading.current_thread() is threading.main_thread() else None
     # A bare reference answer ("1/2", "\\sqrt{4}") parses reliably only inside math delimiters.
-    gold = parse(task.answer if "$" in task.answer or "\\boxed" in task.answer else f"${task.answer}$")
-    answer = parse(response)
+    gold = parse(task.answer if "$" in task.answer or "\\boxed" in task.answer else f"${task.answer}$",
+                 parsing_timeout=limit)
+    answer = parse(response, parsing_timeout=limit)
     # verify(gold, target): order matters to math-verify (the gold is the reference).
-    return {"math": float(bool(gold) and bool(answer) and verify(gold, answer))}
+    return {"math": float(bool(gold) and bool(answer) and verify(gold, answer, timeout_seconds=limit))}
 
 
 @reward("format")

@@ -16,15 +16,7 @@ from __future__ import annotations
 from undertow.kernel.scoring import Item, LLMJudge, RewardModelScorer
 from undertow.schemas import Task
 
-from undertow.rollout.rewards.registry import rewards
-
-
-class NoVerdict(RuntimeError):
-    """A model reward gave no verdict; `reason` is the rejected record's reason."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(detail)
-        self.reason = reason
+from undertow.rollout.rewards.registry import NoVerdict, rewards  # noqa: F401 — NoVerdict: importable from here too
 
 
 def task_prompt(task: Task) -> str:
@@ -39,6 +31,7 @@ class _OnResponse:
     """A kernel scorer as a reward: `{name: value}` for one response, or NoVerdict."""
 
     name: str
+    own_deadline = True  # the scorer waits at most its `timeout_s` (and loads its model first): no second deadline
 
     def __call__(self, response: str, task: Task) -> dict[str, float]:
         verdict = self.score([Item(task_prompt(task), response, task.answer or "")])[0]  # type: ignore[attr-defined]

@@ -2,9 +2,10 @@
 
 Why a group per version: a torch.distributed group has a fixed size, and workers come and go. For
 version v the trainer waits (a bounded time) for the workers it expects; each joiner takes the next
-rank from an atomic counter on a TCPStore the trainer hosts and announces (`rendezvous`); the
-trainer then fixes the size from that counter. A worker whose rank came too late is not in the
-group and takes the version from the files announcement that follows. Every wait has a timeout,
+attempt number from an atomic counter on a TCPStore the trainer hosts and announces (`rendezvous`),
+and proves it holds the run's token (below); the trainer then fixes the group from the attempts
+counted so far whose proof checks. A worker whose attempt came too late is not in the group and
+takes the version from the files announcement that follows. Every wait has a timeout,
 and the trainer sends from a thread of its own: a worker that joins and dies costs that thread one
 `timeout_s`, never training a step. torch is imported when a group is met, not with this module.
 """
@@ -13,7 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
+import json
 import logging
+import os
+import secrets
 import threading
 import time
 import warnings
@@ -24,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
+from undertow.kernel.disk import DiskFull
 from undertow.kernel.models.weights import read_header
 from undertow.schemas import MetricEvent, WeightIntegrityError, WeightUpdate, announce_buckets, verify_manifest
 from undertow.streams.producer import RecordProducer
@@ -63,7 +69,9 @@ def host_store(host: str, port: int, timeout_s: float) -> dist.TCPStore:
     """The trainer's rendezvous (port 0: any free one; `store.port` says which)."""
     import torch.distributed as dist
 
-    return dist.TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_s))
+    store = dist.TCPStore(host, port, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_s))
+    store.set("session", secrets.token_hex(16))  # what every proof of this store's joiners is bound to
+    return store
 
 
 def connect(rendezvous: str, timeout_s: float) -> dist.TCPStore:
@@ -74,30 +82,103 @@ def connect(rendezvous: str, timeout_s: float) -> dist.TCPStore:
     return dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=timeout_s))
 
 
-def close_membership(store: dist.TCPStore, version: int, expected: int, join_timeout_s: float) -> int:
-    """Trainer: wait until `expected` workers joined version `version` or the timeout passed, then fix
-    and publish the group's size (the trainer and the workers counted so far)."""
+# Who may join. The store itself has no authentication: anyone who reaches its port can read and
+# write keys. So a joiner proves it holds the run's token (UNDERTOW_RUN_TOKEN, which `undertow run`
+# gives every component it starts): beside its attempt number it writes HMAC(token, session/version/
+# attempt), where the session is a nonce the trainer's store posts when it starts (so a proof seen
+# once is worth nothing to another store, version or attempt); the trainer admits only the attempts
+# whose proof checks, and the group forms under a key prefix derived from the token. A stranger is
+# counted as an attempt, never admitted, never waited for; workers check every bucket against the
+# manifest from Kafka anyway. What a token cannot stop is a peer on the network disturbing the store
+# (it can list and write keys): bind `host` to a private interface.
+
+TOKEN_ENV = "UNDERTOW_RUN_TOKEN"
+PROOF_WAIT_S = 1.0  # how long the trainer waits for the proof of an attempt it counted
+
+
+@dataclasses.dataclass(frozen=True)
+class Membership:
+    """A version's group as the trainer fixed it: its size (trainer included) and key prefix."""
+
+    size: int
+    prefix: str
+    admitted: list[int]  # attempt numbers whose proof checked, in group-rank order
+    refused: int  # attempts counted whose proof did not check (strangers, another run's workers)
+
+
+def run_token() -> str:
+    """The run's shared secret ('' when unset: any peer that reaches the store may join)."""
+    return os.environ.get(TOKEN_ENV, "")
+
+
+def _mac(store: dist.TCPStore, token: str, message: str) -> str:
+    session = store.get("session").decode()
+    return hmac.new(token.encode(), f"{session}/{message}".encode(), hashlib.sha256).hexdigest()
+
+
+def attempt(store: dist.TCPStore, version: int, token: str) -> int:
+    """Worker: take the next attempt number of version `version` and prove the token for it."""
+    number = store.add(f"v{version}/joined", 1)
+    store.set(f"v{version}/proof/{number}", _mac(store, token, f"v{version}/{number}"))
+    return number
+
+
+def proven(store: dist.TCPStore, version: int, token: str, attempts: int, wait_s: float = 0.0) -> list[int]:
+    """The attempts 1..`attempts` whose proof checks (each waited for, at most `wait_s` in all)."""
+    deadline = time.monotonic() + wait_s
+    good = []
+    for number in range(1, attempts + 1):
+        key = f"v{version}/proof/{number}"
+        while not store.check([key]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if store.check([key]) and hmac.compare_digest(store.get(key).decode(),
+                                                      _mac(store, token, f"v{version}/{number}")):
+            good.append(number)
+    return good
+
+
+def close_membership(store: dist.TCPStore, version: int, token: str, expected: int,
+                     join_timeout_s: float) -> Membership:
+    """Trainer: wait until `expected` workers proved the token for version `version` or the timeout
+    passed, then fix and publish the group (the trainer and the workers admitted so far)."""
     deadline = time.monotonic() + join_timeout_s
-    while joined(store, version) < expected and time.monotonic() < deadline:
+    while len(proven(store, version, token, joined(store, version))) < expected and time.monotonic() < deadline:
         time.sleep(0.01)
-    size = joined(store, version) + 1  # counted atomically: anyone later gets a rank >= size
-    store.set(f"v{version}/size", str(size))
-    return size
+    counted = joined(store, version)  # counted atomically: anyone later has a higher attempt number
+    admitted = proven(store, version, token, counted, PROOF_WAIT_S)
+    store.set(f"v{version}/members", json.dumps({"counted": counted, "admitted": admitted}))
+    if counted > len(admitted):
+        log.warning("weights v%d: %d peer(s) joined without the run's token (%s): refused", version,
+                    counted - len(admitted), TOKEN_ENV)
+    return Membership(len(admitted) + 1, _prefix(store, version, token), admitted, counted - len(admitted))
 
 
-def join(store: dist.TCPStore, version: int, timeout_s: float) -> tuple[int, int] | None:
-    """Worker: (rank, size) in version `version`'s group, or None when it joined after the group closed."""
-    rank = store.add(f"v{version}/joined", 1)
-    store.wait([f"v{version}/size"], timedelta(seconds=timeout_s))
-    size = int(store.get(f"v{version}/size"))
-    return (rank, size) if rank < size else None
+def join(store: dist.TCPStore, version: int, timeout_s: float, token: str) -> tuple[int, int, str] | None:
+    """Worker: (rank, size, key prefix) in version `version`'s group, or None when it joined after the
+    group closed. Raises Refused when the trainer did not accept its proof (another token)."""
+    number = attempt(store, version, token)
+    store.wait([f"v{version}/members"], timedelta(seconds=timeout_s))
+    members = json.loads(store.get(f"v{version}/members"))
+    if number in members["admitted"]:
+        return members["admitted"].index(number) + 1, len(members["admitted"]) + 1, _prefix(store, version, token)
+    if number <= members["counted"]:
+        raise Refused(f"the trainer refused this worker's proof for v{version}: {TOKEN_ENV} is not the run's")
+    return None
 
 
-def group(store: dist.TCPStore, version: int, rank: int, size: int, timeout_s: float) -> dist.ProcessGroup:
-    """The gloo group of version `version` (every member calls it; it waits for all of them)."""
+class Refused(Exception):
+    """The trainer did not admit this worker: its token is not the run's."""
+
+
+def _prefix(store: dist.TCPStore, version: int, token: str) -> str:
+    return f"v{version}/{_mac(store, token, f'v{version}/group')[:32]}"
+
+
+def group(store: dist.TCPStore, prefix: str, rank: int, size: int, timeout_s: float) -> dist.ProcessGroup:
+    """A version's gloo group under its key prefix (every member calls it; it waits for all of them)."""
     import torch.distributed as dist
 
-    return dist.ProcessGroupGloo(dist.PrefixStore(f"v{version}", store), rank, size, timedelta(seconds=timeout_s))
+    return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, size, timedelta(seconds=timeout_s))
 
 
 def send(pg: dist.ProcessGroup, buckets: list[bytes]) -> None:
@@ -133,10 +214,15 @@ class BroadcastSender:
     """The buckets over a gloo group per version, from a thread; then files for the others."""
 
     def __init__(self, sending: Sending):
+        bc = sending.cfg.broadcast
+        self.token = run_token()
+        if not self.token and not _loopback(bc.host):
+            raise ValueError(f"trainer.weights.broadcast.host ({bc.host}) is reachable from other machines: set "
+                             f"{TOKEN_ENV} (the same secret) for the trainer and every worker, so that a stranger "
+                             f"cannot join the group")
         self.s = sending
         self.producer = RecordProducer(sending.kafka)  # its own: the thread sends while the trainer does
         self.files = FilesSender(dataclasses.replace(sending, producer=self.producer))
-        bc = sending.cfg.broadcast
         self.store = host_store(bc.host, bc.port, bc.timeout_s)
         self.rendezvous = f"{bc.host}:{self.store.port}"
         self.last: int | None = None  # the version broadcast before
@@ -144,6 +230,7 @@ class BroadcastSender:
         self._next: tuple[int, list[bytes]] | None = None
         self._cond = threading.Condition()
         self._closing = False
+        self.failure: DiskFull | None = None  # a round's files met a full disk
         self._thread = threading.Thread(target=self._serve, name="weights-broadcast", daemon=True)
         self._thread.start()
 
@@ -151,6 +238,8 @@ class BroadcastSender:
         return self.files.pack(tensors, metadata)
 
     def publish(self, version: int, packed: list[bytes]) -> Published:
+        if self.failure is not None:
+            raise self.failure
         with self._cond:  # a version not yet started is superseded by a newer one
             self._next = (version, packed)
             self._cond.notify_all()
@@ -175,6 +264,9 @@ class BroadcastSender:
                 (version, buckets), self._next = self._next, None
             try:
                 self._round(version, buckets)
+            except DiskFull as e:  # the trainer's next publish raises it: a full disk stops the trainer
+                log.error("%s", e)
+                self.failure = e
             except Exception:  # never lose the thread: the next version tries again
                 log.exception("weights %s v%d: broadcast round failed", self.s.model, version)
 
@@ -184,15 +276,17 @@ class BroadcastSender:
         announcement = announce_buckets(s.model, version, manifest, transport=NAME, rendezvous=self.rendezvous,
                                         payload=s.payload, tokenizer=s.tokenizer)
         publish_weights(self.producer, s.topics.weights, [announcement])
-        # Everyone who tried to join the last version, in time or late, is expected now; one that
-        # died is not counted after the round it missed.
-        expected = joined(self.store, self.last) if self.last is not None else 0
+        # Everyone who proved the token for the last version, in time or late, is expected now; one
+        # that died is not counted after the round it missed, and a stranger never is.
+        expected = len(proven(self.store, self.last, self.token, joined(self.store, self.last))) \
+            if self.last is not None else 0
         started = time.perf_counter()
-        size = close_membership(self.store, version, expected, bc.join_timeout_s)
+        members = close_membership(self.store, version, self.token, expected, bc.join_timeout_s)
+        size = members.size
         sent, error = False, None
         if size > 1:
             try:
-                send(group(self.store, version, 0, size, bc.timeout_s), buckets)
+                send(group(self.store, members.prefix, 0, size, bc.timeout_s), buckets)
                 sent = True
             except Exception as e:  # a peer vanished or stalled: everyone falls back to the files below
                 error = f"{type(e).__name__}: {e}"
@@ -201,7 +295,7 @@ class BroadcastSender:
         self.last = version
         seconds = time.perf_counter() - started
         self.rounds.append({"version": version, "members": size - 1, "expected": expected, "sent": sent,
-                            "error": error})
+                            "error": error, "refused": members.refused})
         self.producer.send(s.topics.metrics, MetricEvent(component=METRICS_COMPONENT, step=version, values={
             "broadcast_members": float(size - 1), "broadcast_expected": float(expected),
             "broadcast_sent": float(sent), "broadcast_s": seconds}), key=METRICS_COMPONENT)
@@ -211,28 +305,30 @@ class BroadcastSender:
 
 # The worker's end.
 
-def receive_broadcast(update: WeightUpdate, store_timeout_s: float, staging_root: str | None = None) -> Staged | None:
-    """Join the version's gloo group and stage the buckets it sends; None when the group had closed
-    (the `files` announcement that follows brings the version). A vanished trainer raises
-    WeightIntegrityError("broadcast") after the timeout."""
+def receive_broadcast(update: WeightUpdate, store_timeout_s: float, staging_root: str | None = None,
+                      token: str | None = None) -> Staged | None:
+    """Join the version's gloo group with the run's token (default: $UNDERTOW_RUN_TOKEN) and stage the
+    buckets it sends; None when the group had closed (the `files` announcement that follows brings the
+    version). A vanished trainer, or one that refused the token, raises WeightIntegrityError("broadcast")."""
     assert update.manifest is not None and update.rendezvous is not None
     verify_manifest(update)
     try:
         with staging_directory(update, staging_root) as directory:
-            files = _receive_into(directory, update, store_timeout_s)
+            files = _receive_into(directory, update, store_timeout_s, run_token() if token is None else token)
     except _Late:
         return None
     return Staged(update.model, update.version, update.payload, files, directory, NAME)
 
 
-def _receive_into(directory: Path, update: WeightUpdate, store_timeout_s: float) -> list[Path]:
+def _receive_into(directory: Path, update: WeightUpdate, store_timeout_s: float, token: str) -> list[Path]:
     assert update.manifest is not None and update.rendezvous is not None
     try:
         store = connect(update.rendezvous, store_timeout_s)
-        member = join(store, update.version, store_timeout_s)
+        member = join(store, update.version, store_timeout_s, token)
         if member is None:
             raise _Late
-        pg = group(store, update.version, *member, store_timeout_s)
+        rank, size, prefix = member
+        pg = group(store, prefix, rank, size, store_timeout_s)
         files = []
         for bucket, data in zip(update.manifest, receive(pg, [b.bytes for b in update.manifest])):
             target = directory / bucket.file
@@ -246,6 +342,10 @@ def _receive_into(directory: Path, update: WeightUpdate, store_timeout_s: float)
     except Exception as e:  # torch.distributed's errors (timeouts, a closed peer) and the rest alike
         raise WeightIntegrityError(f"{name_of(update)}: broadcast from {update.rendezvous} failed "
                                    f"({type(e).__name__}: {e})", "broadcast") from None
+
+
+def _loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 class _Late(Exception):

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import Field
 
+from undertow.kernel.disk import stop_when_full
 from undertow.kernel.models.weights import file_header, to_buckets
 from undertow.schemas import Bucket, WeightIntegrityError, WeightUpdate, announce_buckets, verify_manifest
 
@@ -73,19 +74,25 @@ class FilesSender:
 
     def write(self, version: int, buckets: list[bytes], manifest: list[Bucket] | None = None) -> list[Bucket]:
         """Write a version's buckets, then its manifest, under a temporary name; rename it into place;
-        delete versions beyond `keep`. Readers never see a version directory half written."""
+        delete versions beyond `keep`. Readers never see a version directory half written. A full disk
+        removes the partial directory and raises DiskFull (no announcement: workers keep the version they have)."""
         manifest = manifest or manifest_of(buckets)
         final = f"{self.root}/{VERSION_PREFIX}{version:08d}"
         partial = f"{final}.partial-{uuid.uuid4().hex[:8]}"
-        self.fs.makedirs(partial, exist_ok=True)
-        for bucket, blob in zip(manifest, buckets):
-            self.fs.pipe_file(f"{partial}/{bucket.file}", blob)
-        self.fs.pipe_file(f"{partial}/manifest.json", json.dumps([b.model_dump() for b in manifest]).encode())
+        with stop_when_full(f"weights {self.s.model} v{version}", self.base_uri, cleanup=lambda: self._remove(partial)):
+            self.fs.makedirs(partial, exist_ok=True)
+            for bucket, blob in zip(manifest, buckets):
+                self.fs.pipe_file(f"{partial}/{bucket.file}", blob)
+            self.fs.pipe_file(f"{partial}/manifest.json", json.dumps([b.model_dump() for b in manifest]).encode())
         if self.fs.exists(final):  # the same version again, from a trainer resumed from its checkpoint
             self.fs.rm(final, recursive=True)
         self.fs.mv(partial, final, recursive=True)
         self._collect(version)
         return manifest
+
+    def _remove(self, path: str) -> None:
+        if self.fs.exists(path):
+            self.fs.rm(path, recursive=True)
 
     def _collect(self, current: int) -> None:
         """Keep `current` and the `keep - 1` newest versions below it; versions above it belong to

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from undertow.infra.cli import app
@@ -55,6 +56,20 @@ CASES = {
         {"feeder": {"selector": "bots"}, "processors": {"pipeline": ["clean", "reshape"]}},
         ["feeder.selector (bots) draws by pass rates", "no stage of processors.pipeline reports them"],
         {"feeder": {"selector": "bots"}, "processors": {"pipeline": ["clean", "reshape", "prioritize"]}}),
+    "model_files_exist": (  # none of these paths exists; the neighbour names the ones this test makes
+        {"model": {"source": "hf", "path": "/nonexistent/smollm2", "init_from": "/nonexistent/hf"},
+         "trainer": {"algorithm": {"advantage_transform": "gae"},
+                     "critic": {"init_from": "/nonexistent/critic.safetensors"}}},
+        ["model.path (/nonexistent/smollm2) does not exist", "model.init_from: /nonexistent/hf does not exist",
+         "trainer.critic.init_from: /nonexistent/critic.safetensors does not exist"],
+        {"model": {"source": "hf", "path": "{hf}", "init_from": "{hf}"},
+         "trainer": {"algorithm": {"advantage_transform": "gae"},
+                     "critic": {"init_from": "{hf}/model.safetensors"}}}),
+    "max_new_tokens_fit_the_context": (  # the tiny model's context is model.tiny.n_positions (256 by default)
+        {"rollout": {"sampling": {"max_new_tokens": 256}}, "eval": {"max_new_tokens": 300}},
+        ["rollout.sampling.max_new_tokens (256) must be below the model's context (256 tokens, "
+         "model.tiny.n_positions)", "eval.max_new_tokens (300) must be below"],
+        {"rollout": {"sampling": {"max_new_tokens": 200}}, "eval": {"max_new_tokens": 255}}),
 }
 
 
@@ -71,6 +86,11 @@ def test_every_rule_is_broken_here():
 @pytest.mark.parametrize("rule", list(CASES))
 def test_a_config_that_breaks_the_rule_fails_naming_the_fields(tmp_path, rule):
     broken, says, kept = CASES[rule]
+    if "{hf}" in str(kept):  # the files the rule looks for (it reads headers, never weights)
+        (tmp_path / "hf").mkdir()
+        (tmp_path / "hf" / "config.json").write_text('{"n_positions": 256}')
+        (tmp_path / "hf" / "model.safetensors").write_bytes(b"")
+        kept = yaml.safe_load(yaml.safe_dump(kept).replace("{hf}", str(tmp_path / "hf")))
     code, output = check(tmp_path, broken)
     assert code == 2 and output.startswith("error:"), output
     for words in says:

@@ -26,8 +26,9 @@ def test_a_reward_model_reward_scores_the_task_prompt_and_the_response(tmp_path)
 
 def test_a_judge_reward_by_labels_and_its_reasons_when_there_is_no_verdict():
     with JudgeServer(slow_s=3.0) as server:
+        # the judge keeps its own deadline (timeout_s): the worker's reward deadline does not cut it shorter
         judge = build_reward({"name": "rollout_llm_judge", "base_url": server.base_url, "model": "judge",
-                              "timeout_s": 0.5})
+                              "timeout_s": 0.5}, timeout_s=1e-4)
         assert judge("the answer is 42", TASK) == {"llm_judge": pytest.approx(0.75)}  # 0.6 / (0.6 + 0.2)
         with pytest.raises(NoVerdict) as slow:
             judge("slow", TASK)

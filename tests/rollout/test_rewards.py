@@ -44,6 +44,9 @@ def test_exact_match(response, answer, expected):
 ])
 def test_math_verify_equivalences(response, answer, expected):
     assert build_reward("math_verify")(response, task(answer)) == {"math": expected}
+    # as the worker calls it: on a thread, under rollout.reward_timeout_s (math-verify's own SIGALRM
+    # timeout works on the main thread only)
+    assert build_reward("math_verify", timeout_s=30)(response, task(answer)) == {"math": expected}
 
 
 COUNTDOWN = dict(numbers=[3, 5, 7], target=22)

@@ -17,6 +17,7 @@ from undertow.streams.weights import (
     FilesSender, Sending, WeightsConfig, broadcast, check_announcement, fetch_files, manifest_of, transport_of,
 )
 from undertow.streams.weights.broadcast import receive_broadcast
+from tests.helpers import wait_for
 
 
 def files_sender(tmp_path, **cfg) -> FilesSender:
@@ -149,16 +150,16 @@ def test_loading_streams_into_the_models_dtype(tmp_path):
         assert torch.equal(t, source[name].to(torch.bfloat16))
 
 
-def broadcast_round(store, buckets, version, expected, join_timeout_s=5.0, timeout_s=10.0) -> dict:
+def broadcast_round(store, buckets, version, expected, join_timeout_s=5.0, timeout_s=10.0, token="") -> dict:
     """What the trainer's broadcast thread does for one version, minus Kafka."""
     out: dict = {}
 
     def serve():
-        size = broadcast.close_membership(store, version, expected, join_timeout_s)
-        out["size"] = size
+        members = broadcast.close_membership(store, version, token, expected, join_timeout_s)
+        out["size"], size = members.size, members.size
         try:
             if size > 1:
-                broadcast.send(broadcast.group(store, version, 0, size, timeout_s), buckets)
+                broadcast.send(broadcast.group(store, members.prefix, 0, size, timeout_s), buckets)
                 out["sent"] = True
         except Exception as e:
             out["error"] = e
@@ -196,7 +197,7 @@ def test_broadcast_delivers_a_version_to_the_workers_that_joined(tmp_path):
 def test_a_worker_that_joins_and_dies_costs_the_sending_thread_a_timeout_not_training():
     store = broadcast.host_store("127.0.0.1", 0, 10)
     ghost = broadcast.connect(f"127.0.0.1:{store.port}", 10)
-    ghost.add("v5/joined", 1)  # joined, then never builds the group
+    broadcast.attempt(ghost, 5, "")  # joined (with the run's token, none here), then never builds the group
     started = time.monotonic()
     trainer = broadcast_round(store, [b"x" * 100], 5, expected=1, timeout_s=2.0)
     assert time.monotonic() - started < 0.5  # the caller went on at once
@@ -205,12 +206,50 @@ def test_a_worker_that_joins_and_dies_costs_the_sending_thread_a_timeout_not_tra
     assert time.monotonic() - started < 10
 
 
+def test_a_stranger_without_the_run_token_is_refused_and_a_member_gets_the_version(tmp_path):
+    store = broadcast.host_store("127.0.0.1", 0, 10)
+    buckets = to_buckets(state_tensors(build_model(ModelSpec(seed=7))), 20_000)
+    update = announce_buckets("policy", 7, manifest_of(buckets), transport="broadcast",
+                              rendezvous=f"127.0.0.1:{store.port}")
+    results: dict = {}
+
+    def worker(name: str, token: str):
+        try:
+            results[name] = receive_broadcast(update, 10, str(tmp_path), token=token)
+        except WeightIntegrityError as e:
+            results[name] = e
+    stranger = threading.Thread(target=worker, args=("stranger", "a guess"), daemon=True)
+    stranger.start()  # first in: attempt 1, a proof made with another token
+    wait_for(lambda: broadcast.joined(store, 7) == 1, 10)
+    trainer = broadcast_round(store, buckets, 7, expected=1, token="the run's secret")
+    member = threading.Thread(target=worker, args=("member", "the run's secret"), daemon=True)
+    member.start()
+    for t in (member, stranger, trainer["thread"]):
+        t.join(30)
+    assert trainer == {**trainer, "size": 2, "sent": True}  # the trainer and the member only
+    engine = build_engine("transformers", ModelSpec())
+    results["member"].load_into(engine)
+    assert weights_of(engine) == weights_to_bytes(build_model(ModelSpec(seed=7)))
+    refused = results["stranger"]
+    assert isinstance(refused, WeightIntegrityError) and refused.reason == "broadcast"
+    assert "refused this worker's proof for v7: UNDERTOW_RUN_TOKEN is not the run's" in str(refused)
+
+
+def test_a_routable_rendezvous_needs_the_run_token(monkeypatch):
+    monkeypatch.delenv(broadcast.TOKEN_ENV, raising=False)
+    config = WeightsConfig(transport="broadcast", uri="/tmp/w", broadcast={"host": "0.0.0.0"})
+    with pytest.raises(ValueError, match=r"broadcast.host \(0.0.0.0\) is reachable from other machines: set "
+                                         r"UNDERTOW_RUN_TOKEN"):
+        broadcast.BroadcastSender(Sending("policy", config, producer=None, topics=None))
+
+
 def test_a_vanished_trainer_is_a_broadcast_refusal(tmp_path):
     store = broadcast.host_store("127.0.0.1", 0, 10)
     buckets = [b"y" * 64]
     update = announce_buckets("policy", 6, manifest_of(to_buckets({"w": torch.zeros(16)}, 1 << 20)),
                               transport="broadcast", rendezvous=f"127.0.0.1:{store.port}")
-    store.set("v6/size", "2")  # the group closed with this worker in it, and the trainer never comes
+    store.set("v6/members", '{"counted": 1, "admitted": [1]}')  # the group closed with this worker in it,
+    # and the trainer never comes
     with pytest.raises(WeightIntegrityError, match="broadcast from .* failed") as e:
         receive_broadcast(update, 2, str(tmp_path))
     assert e.value.reason == "broadcast" and buckets

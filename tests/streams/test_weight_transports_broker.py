@@ -143,8 +143,8 @@ def test_broadcast_reaches_the_joined_worker_and_survives_a_dead_one(kafka, name
             # forms; the trainer's thread times out, so does the live worker's receive (refused:
             # broadcast), and the files bring v3.
             ghost = broadcast.connect(sender.rendezvous, 10)
-            ghost.add("v2/joined", 1)
-            ghost.add("v3/joined", 1)
+            broadcast.attempt(ghost, 2, "")  # a worker with the run's token (none is set here)
+            broadcast.attempt(ghost, 3, "")
             assert next_version(3, seed=3) == "files"
             assert next_version(4, seed=4) == "broadcast"  # the dead one is not waited for again
         finally:
