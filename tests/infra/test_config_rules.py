@@ -52,10 +52,6 @@ CASES = {
         {"trainer": {"lora": {"rank": 16}}, "rollout": {"engine": {"name": "vllm", "max_lora_rank": 8}}},
         ["trainer.lora (rank 16)", "rollout.engine.max_lora_rank >= 16"],
         {"trainer": {"lora": {"rank": 16}}, "rollout": {"engine": {"name": "vllm", "max_lora_rank": 16}}}),
-    "pass_rates_have_a_reporter": (
-        {"feeder": {"selector": "bots"}, "processors": {"pipeline": ["clean", "reshape"]}},
-        ["feeder.selector (bots) draws by pass rates", "no stage of processors.pipeline reports them"],
-        {"feeder": {"selector": "bots"}, "processors": {"pipeline": ["clean", "reshape", "prioritize"]}}),
     "model_files_exist": (  # none of these paths exists; the neighbour names the ones this test makes
         {"model": {"source": "hf", "path": "/nonexistent/smollm2", "init_from": "/nonexistent/hf"},
          "trainer": {"algorithm": {"advantage_transform": "gae"},
@@ -70,6 +66,10 @@ CASES = {
         ["rollout.sampling.max_new_tokens (256) must be below the model's context (256 tokens, "
          "model.tiny.n_positions)", "eval.max_new_tokens (300) must be below"],
         {"rollout": {"sampling": {"max_new_tokens": 200}}, "eval": {"max_new_tokens": 255}}),
+    "pass_rates_have_a_reporter": (
+        {"feeder": {"selector": "bots"}, "processors": {"pipeline": ["clean", "reshape"]}},
+        ["feeder.selector (bots) draws by pass rates", "no stage of processors.pipeline reports them"],
+        {"feeder": {"selector": "bots"}, "processors": {"pipeline": ["clean", "reshape", "prioritize"]}}),
 }
 
 
