@@ -20,6 +20,7 @@ import argparse
 import heapq
 import json
 import math
+import random
 import statistics
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -33,6 +34,7 @@ class Rates:
     gen_per_s: float  # experiences a rollout worker publishes per second while generating, batch overheads in
     step_s: float  # the trainer's compute per step at `Shape.batch` experiences
     publish_s: float = 0.0  # trainer time per step outside compute and waiting: weights publish, commits, metrics
+    weights_delay_s: float = 0.0  # from a step's end until its version is loaded in a worker (transport, checks)
     swap_s: float = 0.0  # a rollout worker's generation pause to load a new version
     process_per_s: float = 6150.0  # one processor worker (benchmarks/README.md: default pipeline, ~1 KB records)
     process_latency_s: float = 0.024  # publish -> ready p50 at 1,000/s (README's benchmarks)
@@ -70,8 +72,11 @@ class _Worker:
     busy: bool = False
 
 
-def simulate(rates: Rates, shape: Shape, steps: int = 300) -> Prediction:
-    """Run the pipeline for `steps` trainer steps; returns what the trainer saw."""
+def simulate(rates: Rates, shape: Shape, steps: int = 300, jitter: float = 0.5, seed: int = 0) -> Prediction:
+    """Run the pipeline for `steps` trainer steps; returns what the trainer saw. Each batch's
+    generation time varies uniformly by ±`jitter` around its mean (seeded): with fixed times the
+    workers and the trainer fall into one phase and staleness comes out a whole number."""
+    rng = random.Random(seed)
     workers = [_Worker() for _ in range(min(shape.rollout_workers, shape.tasks_partitions))]
     process_rate = min(shape.processor_workers, shape.raw_partitions) * rates.process_per_s
     events: list[tuple[float, int, str, int]] = []  # (time, order, kind, worker index)
@@ -101,8 +106,9 @@ def simulate(rates: Rates, shape: Shape, steps: int = 300) -> Prediction:
             room = (shape.max_staleness + 1) * cap - w.since_latest
             n = max(shape.group_size, min(n, math.ceil(room / shape.group_size) * shape.group_size))
         w.busy, w.since_latest = True, w.since_latest + n
-        push(now + pause + n / rates.gen_per_s, "generated", i)
-        push(now + pause + n / rates.gen_per_s, f"exp:{w.held}:{n}", i)
+        done = now + pause + n / rates.gen_per_s * rng.uniform(1 - jitter, 1 + jitter)
+        push(done, "generated", i)
+        push(done, f"exp:{w.held}:{n}", i)
 
     for i in range(len(workers)):
         try_start(i, 0.0)
@@ -138,7 +144,7 @@ def simulate(rates: Rates, shape: Shape, steps: int = 300) -> Prediction:
             version += 1
             trainer_busy_until = now + rates.step_s + rates.publish_s
             ends.append(trainer_busy_until)
-            push(trainer_busy_until, "announce", version)
+            push(now + rates.step_s + rates.weights_delay_s, "announce", version)
             push(trainer_busy_until, "trainer")
     wall = ends[-1] - ends[0]
     return Prediction(experiences_per_s=(trained - shape.batch) / wall, trainer_idle=waited / wall,
@@ -185,12 +191,20 @@ def from_run(run_dir: Path, stage: str = "rl") -> Measured:
              if a["component"] == b["component"] and b["time"] > a["time"]]
     # Trainer time between two steps that is neither compute nor waiting: publishing, commits, metrics.
     gaps = [b["time"] - a["time"] - b["step_s"] - b["wait_s"] for a, b in zip(trainer, trainer[1:])]
-    swaps = [r["weight_swap_s"] for r in rows if "weight_swap_s" in r]
+    swaps = [r for r in rows if "weight_swap_s" in r]
+    # A version's way to the workers: from the trainer's event for step v to a worker's swap to v.
+    stepped = {r["step"]: r["time"] for r in trainer}
+    delays = [r["time"] - stepped[r["step"]] for r in swaps if r["step"] in stepped]
     rates = Rates(gen_per_s=statistics.median(paces), step_s=statistics.mean(r["step_s"] for r in trainer),
-                  publish_s=max(0.0, statistics.mean(gaps)), swap_s=statistics.mean(swaps) if swaps else 0.0)
+                  publish_s=max(0.0, statistics.mean(gaps)),
+                  weights_delay_s=statistics.median(delays) if delays else 0.0,
+                  swap_s=statistics.mean(r["weight_swap_s"] for r in swaps) if swaps else 0.0)
     batching = merged["trainer"].get("batching", {})
+    # Batches are often smaller than rollout.batch_tasks (a poll returns what the feeder has put there,
+    # admission cuts to its room): the measured mean is what the worker really hands on at a time.
+    tasks = round(statistics.mean(r["batch_tasks"] for r in rollout))
     shape = Shape(rollout_workers=merged["rollout"].get("workers", 1), batch=batching.get("experiences", 64),
-                  batch_experiences=merged["rollout"].get("batch_tasks", 8) * group, group_size=group,
+                  batch_experiences=tasks * group, group_size=group,
                   max_staleness=batching.get("max_staleness", 1),
                   experiences_per_version=merged["rollout"].get("experiences_per_version"))
     # From the end of the first step (past start-up and the pipeline's fill) to the end of the last.
