@@ -136,10 +136,11 @@ def grow_topics(settings: KafkaSettings, namespace: str, partitions: dict[str, i
     """Add partitions to the namespace's topics that have fewer than `partitions` (per suffix) asks.
 
     Kafka never removes partitions: a topic that has more keeps them. The processors' Faust changelog
-    topics (`<namespace>…-changelog`) that had as many partitions as experiences.raw grow with it: Faust
-    keeps a table's partitions aligned with its source topic's, and refuses a table that is not.
+    topics (`<namespace>…-changelog`) that had as many partitions as experiences.raw grow with it: a
+    processor worker restarted on a grown raw topic writes its tables' changes to the new partitions, and
+    crashed on a changelog without them (`AssertionError: Unrecognized partition`, README "Scaling out").
     Keys hash to `murmur2(key) % partitions`, so after a growth a key may map to another partition
-    (README, "Partitions": what that means for a prompt group open at that moment)."""
+    (README, "Scaling out": what that means for a prompt group open at that moment)."""
     topics = Topics(namespace)
     wanted = {topics.specs_by_suffix()[suffix]: n for suffix, n in partitions.items()}
     with admin_client(settings) as admin:

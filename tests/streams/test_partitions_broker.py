@@ -11,7 +11,7 @@ from kafka.partitioner.default import murmur2
 from undertow.schemas import Experience, Task
 from undertow.streams import RecordConsumer, RecordProducer, Topics, create_topics, describe_topics, grow_topics
 from undertow.streams.admin import admin_client
-from tests.helpers import exp, wait_for
+from tests.helpers import cli, exp, wait_for
 
 pytestmark = pytest.mark.broker
 
@@ -76,3 +76,17 @@ def test_partitions_from_config_then_grown_under_a_live_group(kafka):
                  30, "the group's samples")
     assert seen == {0: partition(group_id, 2), 1: partition(group_id, 2), 2: partition(group_id, 4),
                     3: partition(group_id, 4)}
+
+
+def test_topics_create_partitions_grows_the_scaled_topics(kafka, tmp_path):
+    """`undertow topics create --partitions N`: tasks, raw and ready to N; the config's count for the rest."""
+    ns = f"grow-cli-{uuid.uuid4().hex[:6]}"
+    config = tmp_path / "run.yaml"
+    config.write_text(f"namespace: {ns}\ntopics:\n  partitions: {{evals: 2}}\n")
+    create_topics(kafka, ns)
+    out = cli("topics", "create", "--config", str(config), "--partitions", "6").stdout
+    topics = Topics(ns)
+    assert [line.strip() for line in out.splitlines()[1:]] == [
+        f"{ns}.evals: 1 -> 2 partitions", f"{ns}.experiences.raw: 4 -> 6 partitions",
+        f"{ns}.experiences.ready: 4 -> 6 partitions", f"{ns}.tasks: 4 -> 6 partitions"]
+    assert [i.partitions for i in describe_topics(kafka, [topics.tasks, topics.evals, topics.weights])] == [6, 2, 1]
