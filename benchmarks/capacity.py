@@ -66,9 +66,9 @@ class Prediction:
 
 @dataclass
 class _Worker:
-    held: int = 0
-    latest_seen: int = 0
-    since_latest: int = 0
+    held: int = 0  # the version it generates with
+    latest_seen: int = 0  # the newest announced version it knows
+    since_latest: int = 0  # experiences it published since it first saw latest_seen
     busy: bool = False
 
 
@@ -76,28 +76,62 @@ def simulate(rates: Rates, shape: Shape, steps: int = 300, jitter: float = 0.5, 
     """Run the pipeline for `steps` trainer steps; returns what the trainer saw. Each batch's
     generation time varies uniformly by ±`jitter` around its mean (seeded): with fixed times the
     workers and the trainer fall into one phase and staleness comes out a whole number."""
-    rng = random.Random(seed)
-    workers = [_Worker() for _ in range(min(shape.rollout_workers, shape.tasks_partitions))]
-    process_rate = min(shape.processor_workers, shape.raw_partitions) * rates.process_per_s
-    events: list[tuple[float, int, str, int]] = []  # (time, order, kind, worker index)
-    order = iter(range(1 << 62))
-    ready: deque[int] = deque()  # policy versions of experiences waiting for the trainer, in arrival order
-    announced, version, processors_free = 0, 0, 0.0
-    trainer_busy_until, waited, trained, stale, staleness_sum = 0.0, 0.0, 0, 0, 0
-    ends: list[float] = []  # each step's end: figures count from the first (past the pipeline's fill)
+    return _Simulation(rates, shape, jitter, seed).run(steps)
 
-    def push(t: float, kind: str, who: int = -1) -> None:
-        heapq.heappush(events, (t, next(order), kind, who))
 
-    def try_start(i: int, now: float) -> None:
-        w = workers[i]
+class _Simulation:
+    """The event queue and the state of every worker, the processors and the trainer."""
+
+    def __init__(self, rates: Rates, shape: Shape, jitter: float, seed: int):
+        self.rates, self.shape, self.jitter, self.rng = rates, shape, jitter, random.Random(seed)
+        self.workers = [_Worker() for _ in range(min(shape.rollout_workers, shape.tasks_partitions))]
+        self.process_rate = min(shape.processor_workers, shape.raw_partitions) * rates.process_per_s
+        self.events: list[tuple[float, int, str, tuple]] = []  # (time, order, kind, payload)
+        self.order = iter(range(1 << 62))
+        self.ready: deque[int] = deque()  # policy versions of experiences waiting for the trainer
+        self.announced = self.version = self.trained = self.stale = self.staleness_sum = 0
+        self.processors_free = self.trainer_free = self.waited = 0.0
+        self.ends: list[float] = []  # each step's end: figures count from the first (past the pipeline's fill)
+
+    def push(self, t: float, kind: str, *payload: int) -> None:
+        heapq.heappush(self.events, (t, next(self.order), kind, payload))
+
+    def run(self, steps: int) -> Prediction:
+        for i in range(len(self.workers)):
+            self.start_batch(i, 0.0)
+        self.push(0.0, "trainer")
+        while self.events and self.version < steps:
+            now, _, kind, payload = heapq.heappop(self.events)
+            if kind == "generated":  # the batch goes through the processors: one queue at their summed rate
+                worker, held, n = payload
+                self.workers[worker].busy = False
+                self.processors_free = max(self.processors_free, now) + n / self.process_rate
+                self.push(self.processors_free + self.rates.process_latency_s, "ready", held, n)
+                self.start_batch(worker, now)
+            elif kind == "ready":
+                self.ready.extend([payload[0]] * payload[1])
+                self.push(now, "trainer")
+            elif kind == "announce":
+                self.announced = payload[0]
+                for i in range(len(self.workers)):
+                    self.start_batch(i, now)
+            elif kind == "trainer" and now >= self.trainer_free:
+                self.step(now)
+        wall = self.ends[-1] - self.ends[0]
+        return Prediction(experiences_per_s=(self.trained - self.shape.batch) / wall, trainer_idle=self.waited / wall,
+                          staleness_mean=self.staleness_sum / max(self.trained, 1), stale_dropped=self.stale,
+                          bottleneck=bottleneck(self.rates, self.shape))
+
+    def start_batch(self, i: int, now: float) -> None:
+        """A worker between batches: load the newest version, then generate if admission lets it."""
+        w, shape = self.workers[i], self.shape
         if w.busy:
             return
-        if w.latest_seen != announced:
-            w.latest_seen, w.since_latest = announced, 0
+        if w.latest_seen != self.announced:
+            w.latest_seen, w.since_latest = self.announced, 0
         pause = 0.0
-        if w.held < announced:  # between batches: the newest version, for its swap pause
-            w.held, pause = announced, rates.swap_s
+        if w.held < self.announced:  # the newest version, for its swap pause
+            w.held, pause = self.announced, self.rates.swap_s
         cap = shape.experiences_per_version
         if cap is not None and w.since_latest >= (shape.max_staleness + 1) * cap:
             return  # over-production: wait for the next announced version
@@ -106,50 +140,25 @@ def simulate(rates: Rates, shape: Shape, steps: int = 300, jitter: float = 0.5, 
             room = (shape.max_staleness + 1) * cap - w.since_latest
             n = max(shape.group_size, min(n, math.ceil(room / shape.group_size) * shape.group_size))
         w.busy, w.since_latest = True, w.since_latest + n
-        done = now + pause + n / rates.gen_per_s * rng.uniform(1 - jitter, 1 + jitter)
-        push(done, "generated", i)
-        push(done, f"exp:{w.held}:{n}", i)
+        took = n / self.rates.gen_per_s * self.rng.uniform(1 - self.jitter, 1 + self.jitter)
+        self.push(now + pause + took, "generated", i, w.held, n)
 
-    for i in range(len(workers)):
-        try_start(i, 0.0)
-    push(0.0, "trainer")
-    now = 0.0
-    while events and version < steps:
-        now, _, kind, who = heapq.heappop(events)
-        if kind == "generated":
-            workers[who].busy = False
-            try_start(who, now)
-        elif kind.startswith("exp:"):  # through the processors: one queue at their summed rate
-            _, held, n = kind.split(":")
-            processors_free = max(processors_free, now) + int(n) / process_rate
-            push(processors_free + rates.process_latency_s, f"ready:{held}:{n}")
-        elif kind.startswith("ready:"):
-            _, held, n = kind.split(":")
-            ready.extend([int(held)] * int(n))
-            push(now, "trainer")
-        elif kind == "announce":
-            announced = who
-            for i in range(len(workers)):
-                try_start(i, now)
-        elif kind == "trainer" and now >= trainer_busy_until:
-            while ready and version - ready[0] > shape.max_staleness:  # the trainer drops what is too stale
-                ready.popleft()
-                stale += 1
-            if len(ready) < shape.batch:
-                continue  # waits; the next arrival wakes it
-            waited += max(0.0, now - trainer_busy_until) if ends else 0.0
-            batch = [ready.popleft() for _ in range(shape.batch)]
-            staleness_sum += sum(version - v for v in batch)
-            trained += len(batch)
-            version += 1
-            trainer_busy_until = now + rates.step_s + rates.publish_s
-            ends.append(trainer_busy_until)
-            push(now + rates.step_s + rates.weights_delay_s, "announce", version)
-            push(trainer_busy_until, "trainer")
-    wall = ends[-1] - ends[0]
-    return Prediction(experiences_per_s=(trained - shape.batch) / wall, trainer_idle=waited / wall,
-                      staleness_mean=staleness_sum / max(trained, 1), stale_dropped=stale,
-                      bottleneck=bottleneck(rates, shape))
+    def step(self, now: float) -> None:
+        """The trainer: drop what is too stale, wait for a whole batch, train it, announce the version."""
+        while self.ready and self.version - self.ready[0] > self.shape.max_staleness:
+            self.ready.popleft()
+            self.stale += 1
+        if len(self.ready) < self.shape.batch:
+            return  # waits; the next arrival wakes it
+        self.waited += max(0.0, now - self.trainer_free) if self.ends else 0.0
+        batch = [self.ready.popleft() for _ in range(self.shape.batch)]
+        self.staleness_sum += sum(self.version - v for v in batch)
+        self.trained += len(batch)
+        self.version += 1
+        self.trainer_free = now + self.rates.step_s + self.rates.publish_s
+        self.ends.append(self.trainer_free)
+        self.push(now + self.rates.step_s + self.rates.weights_delay_s, "announce", self.version)
+        self.push(self.trainer_free, "trainer")
 
 
 def bottleneck(rates: Rates, shape: Shape) -> str:
@@ -224,8 +233,8 @@ def main() -> None:
                           ("raw-partitions", 4), ("batch", 64), ("batch-experiences", 64), ("group-size", 8),
                           ("max-staleness", 2), ("steps", 300)):
         parser.add_argument(f"--{name}", type=int, default=default)
-    for name, default in (("gen-per-s", 100.0), ("step-s", 0.5), ("publish-s", 0.0), ("swap-s", 0.0),
-                          ("process-per-s", 6150.0)):
+    for name, default in (("gen-per-s", 100.0), ("step-s", 0.5), ("publish-s", 0.0), ("weights-delay-s", 0.0),
+                          ("swap-s", 0.0), ("process-per-s", 6150.0)):
         parser.add_argument(f"--{name}", type=float, default=default)
     args = parser.parse_args()
     if args.check:
@@ -238,9 +247,12 @@ def main() -> None:
             print(f"{name:>18}: predicted {p:8.3f}  measured {m:8.3f}  ({(p - m) / m:+.0%})")
         print(f"bottleneck: {predicted.bottleneck}")
         return
-    rates = Rates(args.gen_per_s, args.step_s, args.publish_s, args.swap_s, args.process_per_s)
-    shape = Shape(args.rollout_workers, args.processor_workers, args.tasks_partitions, args.raw_partitions,
-                  args.batch, args.batch_experiences, args.group_size, args.max_staleness)
+    rates = Rates(gen_per_s=args.gen_per_s, step_s=args.step_s, publish_s=args.publish_s,
+                  weights_delay_s=args.weights_delay_s, swap_s=args.swap_s, process_per_s=args.process_per_s)
+    shape = Shape(rollout_workers=args.rollout_workers, processor_workers=args.processor_workers,
+                  tasks_partitions=args.tasks_partitions, raw_partitions=args.raw_partitions, batch=args.batch,
+                  batch_experiences=args.batch_experiences, group_size=args.group_size,
+                  max_staleness=args.max_staleness)
     print(json.dumps(asdict(simulate(rates, shape, args.steps)), indent=1))
 
 
