@@ -25,3 +25,24 @@ def test_lag_is_summed_per_group_and_the_largest_per_topic():
     out = lag_report(status)
     assert {g: v["lag"] for g, v in out["groups"].items()} == {"n.rollout": 30, "n-processors": 15, "n-archive": 10}
     assert out["topic_lag"] == {"n.tasks": 30, "n.experiences.raw": 15} and out["policy_version"] == 3
+
+
+def test_status_json_of_a_run_directory_gives_the_trainers_wait_fraction(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from undertow.infra.cli import app
+
+    run_dir = tmp_path / "demo-1"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text("namespace: scaling-json\nmodel: {source: tiny}\n")
+    (run_dir / "run.json").write_text(json.dumps({"stage": 0, "status": "done", "stages": []}))
+    rows = [{"stage": "main", "component": "trainer", "step": i + 1, "time": t, "wait_s": w}
+            for i, (t, w) in enumerate(((10, 0.5), (12, 1.0), (15, 1.5), (16, 0.5)))]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    done = CliRunner().invoke(app, ["status", str(run_dir), "--json"], env={"UNDERTOW_BOOTSTRAP": ""})
+    assert done.exit_code == 0, done.output
+    signal = json.loads(done.stdout)
+    # 3.0 s waited over the 6 s from the first step to the last (worked in the test above)
+    assert signal["trainer_wait_fraction"] == 0.5 and signal["run"] == "demo-1" and signal["status"] == "done"
