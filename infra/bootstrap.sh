@@ -43,6 +43,8 @@ if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$(id -u)" =
   echo "installing chromium (for the report page's browser test)" >&2
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null
 fi
+# The deployment files' validators (kubeconform, schemas): tests/infra/test_deploy.py.
+bash "$root/infra/bootstrap_deploy_check.sh"
 echo "$venv"
 if [ "$with_vllm" = yes ]; then
   bash "$root/infra/bootstrap_vllm.sh"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
-from kafka.admin import ConfigResource, ConfigResourceType
+from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions
 from kafka.errors import NodeNotReadyError, UnknownBrokerIdError
 
 from undertow.streams.connect import connect
@@ -121,6 +121,44 @@ def _create_missing(settings: KafkaSettings, topics: Topics, replication_factor:
         if new:
             admin.create_topics(new, timeout_ms=30000, wait_for_metadata=True)
     return sorted(new)
+
+
+@dataclass
+class Growth:
+    """One topic given more partitions: its count before and after."""
+
+    topic: str
+    before: int
+    after: int
+
+
+def grow_topics(settings: KafkaSettings, namespace: str, partitions: dict[str, int]) -> list[Growth]:
+    """Add partitions to the namespace's topics that have fewer than `partitions` (per suffix) asks.
+
+    Kafka never removes partitions: a topic that has more keeps them. The processors' Faust changelog
+    topics (`<namespace>…-changelog`) that had as many partitions as experiences.raw grow with it: a
+    processor worker restarted on a grown raw topic writes its tables' changes to the new partitions, and
+    crashed on a changelog without them (`AssertionError: Unrecognized partition`, README "Scaling out").
+    Keys hash to `murmur2(key) % partitions`, so after a growth a key may map to another partition
+    (README, "Scaling out": what that means for a prompt group open at that moment)."""
+    topics = Topics(namespace)
+    wanted = {topics.specs_by_suffix()[suffix]: n for suffix, n in partitions.items()}
+    with admin_client(settings) as admin:
+        names = [t for t in admin.list_topics() if t in wanted or _changelog_of(t, namespace)]
+        have = {t["name"]: len(t["partitions"]) for t in admin.describe_topics(names) if not t.get("error_code")}
+        raw = topics.raw
+        if raw in wanted and raw in have:
+            for t in names:
+                if _changelog_of(t, namespace) and have.get(t) == have[raw]:
+                    wanted[t] = wanted[raw]
+        growth = [Growth(t, have[t], n) for t, n in sorted(wanted.items()) if t in have and have[t] < n]
+        if growth:
+            admin.create_partitions({g.topic: NewPartitions(g.after) for g in growth}, timeout_ms=30000)
+    return growth
+
+
+def _changelog_of(topic: str, namespace: str) -> bool:
+    return topic.endswith("-changelog") and topic.startswith((f"{namespace}-", f"{namespace}."))
 
 
 def list_topics(settings: KafkaSettings, namespace: str | None = None) -> list[str]:

@@ -62,7 +62,10 @@ class RecordConsumer(Generic[R]):
         # A crashed member's partitions move to the others after 10 s (kafka-python's default is 45 s).
         kw = dict(group_id=group_id, enable_auto_commit=False, auto_offset_reset="earliest",
                   max_partition_fetch_bytes=32 << 20, fetch_max_bytes=64 << 20,
-                  session_timeout_ms=10_000, heartbeat_interval_ms=3_000)
+                  session_timeout_ms=10_000, heartbeat_interval_ms=3_000,
+                  # Partitions added to a live topic (`undertow topics create --partitions`) reach a running
+                  # member at its next metadata refresh: 30 s, not kafka-python's 5 min.
+                  metadata_max_age_ms=30_000)
         kw.update(overrides)
         self._consumer = connect(KafkaConsumer, settings, *topics, **kw)
         # Made at the first dead letter: a reader that never meets one opens no producer connection.

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
 DAY_MS = 24 * 3600 * 1000
 FOREVER = -1  # experiences are the durable log: kept until an operator decides otherwise
 MAX_MESSAGE_BYTES = 20 << 20  # matches the local broker's message.max.bytes; weights chunk below it
@@ -51,6 +53,58 @@ CATALOG: tuple[TopicSpec, ...] = (
 )
 
 
+# The topics a consumer group shares among its workers: their partition counts bound how many workers
+# of each stage do work (a fifth worker on four partitions gets none). The others are read whole.
+SCALED = ("tasks", "experiences.raw", "experiences.ready")
+# One partition keeps a version's chunks (weights) and the run's order of events: these never grow.
+SINGLE = ("weights",)
+
+
+class TopicsConfig(BaseModel):
+    """`topics:` — partition counts and replication of the namespace's topics (`undertow topics create`
+    and `undertow run` create them so; on topics that exist with fewer partitions they add the rest)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    partitions: dict[str, int] = Field(default_factory=dict, description=(
+        "partitions per topic, by catalog suffix (tasks, experiences.raw, …); the rest keep the catalog's "
+        "count (4 for tasks and experiences.*, else 1). More partitions: more rollout / processor workers at work"))
+    replication: int | None = Field(None, ge=1, description="replication factor of every topic (None: min(3, brokers))")
+
+    @field_validator("partitions")
+    @classmethod
+    def _known_topics(cls, value: dict[str, int]) -> dict[str, int]:
+        known = [s.suffix for s in CATALOG]
+        for suffix, count in value.items():
+            if suffix not in known:
+                raise ValueError(f"{suffix!r} is no topic of the catalog (expected one of {known})")
+            if count < 1:
+                raise ValueError(f"{suffix}: expected at least 1 partition, got {count}")
+            if suffix in SINGLE and count != 1:
+                raise ValueError(f"{suffix}: keeps 1 partition (a version's chunks stay in order), got {count}")
+        return value
+
+    def count(self, suffix: str) -> int:
+        """Partitions of the topic `suffix`: the configured count, else the catalog's."""
+        return self.partitions.get(suffix, next(s.partitions for s in CATALOG if s.suffix == suffix))
+
+
+class IdleWorkers(UserWarning):
+    """More workers in a consumer group than its topic has partitions: the extra ones get none."""
+
+
+def idle_workers(topics: TopicsConfig, workers: dict[str, tuple[str, int]]) -> list[str]:
+    """A message for each stage with more workers than partitions; `workers` maps a topic suffix to the
+    field that sets the workers reading it and their number, e.g. {"tasks": ("rollout.workers", 6)}."""
+    out = []
+    for suffix, (field_name, n) in workers.items():
+        parts = topics.count(suffix)
+        if n > parts:
+            out.append(f"{field_name} ({n}) > partitions of {suffix} ({parts}): {n - parts} worker(s) would get "
+                       f"no partition and sit idle; set topics.partitions.{suffix} to at least {n}")
+    return out
+
+
 NAMESPACE_PATTERN = r"^[A-Za-z0-9_-]+$"  # a namespace prefixes topic and consumer-group names
 
 
@@ -92,6 +146,10 @@ class Topics:
 
     def _name(self, suffix: str) -> str:
         return f"{self.owner if suffix in SHADOW_OWNS else self.namespace}.{suffix}"
+
+    def specs_by_suffix(self) -> dict[str, str]:
+        """Catalog suffix → full topic name."""
+        return {spec.suffix: self._name(spec.suffix) for spec in CATALOG}
 
     def specs(self) -> dict[str, TopicSpec]:
         """Full topic name → spec, for every topic of the catalog."""

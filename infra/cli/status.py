@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -14,6 +15,7 @@ from undertow.infra.report.writer import write_report
 from undertow.infra.run.config import RunSection
 from undertow.infra.run.status import RunStatus, find_running_run, run_status
 from undertow.infra.report.namespace import NamespaceStatus, namespace_status
+from undertow.infra.report.scaling import lag_report, trainer_wait_fraction
 
 RUNS_DIR = Path(RunSection.model_fields["dir"].default)
 
@@ -21,16 +23,28 @@ RUNS_DIR = Path(RunSection.model_fields["dir"].default)
 def status(run_dir: Optional[Path] = typer.Argument(None, help="A run directory (default: the running run under "
                                                                f"./{RUNS_DIR}, else the namespace's topics)."),
            config: Optional[Path] = ConfigOpt, bootstrap: Optional[str] = BootstrapOpt,
-           namespace: Optional[str] = NamespaceOpt) -> None:
+           namespace: Optional[str] = NamespaceOpt,
+           as_json: bool = typer.Option(False, "--json", help="Print the autoscaling signal as JSON: lag per "
+                                        "consumer group and per topic, the trainer's wait fraction.")) -> None:
     """A run's stages, metrics, archive and live topics; or one namespace's topics, groups and lag."""
     with user_errors():
         if run_dir is None and config is None and namespace is None:  # (-b is also $UNDERTOW_BOOTSTRAP)
             run_dir = find_running_run(RUNS_DIR)
         if run_dir is not None and config is None and namespace is None and (run_dir / "config.yaml").exists():
-            show_run(run_status(run_dir))
+            st = run_status(run_dir)
+            if as_json:
+                typer.echo(json.dumps({"run": st.run_dir.name, "status": st.status, "bootstrap": st.bootstrap,
+                                       "namespaces": {ns: lag_report(live) for ns, live in st.live.items()},
+                                       **_wait(run_dir)}, indent=1))
+                return
+            show_run(st)
             _throughput(run_dir)
             return
         kafka, ns = cluster(config, bootstrap, namespace)
+        if as_json:
+            typer.echo(json.dumps({"namespace": ns, "bootstrap": kafka.bootstrap_servers,
+                                   **lag_report(namespace_status(kafka, ns)), **_wait(run_dir)}, indent=1))
+            return
         console.print(f"namespace [bold]{ns}[/bold] at {kafka.bootstrap_servers}")
         show_namespace(namespace_status(kafka, ns))
         if run_dir is not None:
@@ -76,6 +90,13 @@ def show_namespace(st: NamespaceStatus) -> None:
     for g in st.groups:
         groups.add_row(g.group, g.topic, str(g.committed), str(g.end), str(g.lag))
     console.print(groups)
+
+
+def _wait(run_dir: Optional[Path]) -> dict[str, Optional[float]]:
+    """The trainer's recent wait fraction, from the run's metrics log (a namespace alone has none)."""
+    if run_dir is None:
+        return {}
+    return {"trainer_wait_fraction": trainer_wait_fraction(read_metrics(run_dir / "metrics.jsonl"))}
 
 
 def _or_dash(value: object) -> str:

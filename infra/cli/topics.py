@@ -8,8 +8,8 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from undertow.infra.cli.common import BootstrapOpt, ConfigOpt, NamespaceOpt, cluster, console, user_errors
-from undertow.streams import Topics, create_topics, describe_topics, list_topics
+from undertow.infra.cli.common import BootstrapOpt, ConfigOpt, NamespaceOpt, cluster, component, console, user_errors
+from undertow.streams import SCALED, Topics, TopicsConfig, create_topics, describe_topics, grow_topics, list_topics
 
 topics_app = typer.Typer(help="Create and inspect undertow's topics.", no_args_is_help=True)
 
@@ -17,12 +17,22 @@ topics_app = typer.Typer(help="Create and inspect undertow's topics.", no_args_i
 @topics_app.command("create")
 def create(config: Optional[Path] = ConfigOpt, bootstrap: Optional[str] = BootstrapOpt,
            namespace: Optional[str] = NamespaceOpt,
-           replication: Optional[int] = typer.Option(None, help="Replication factor (default: min(3, brokers)).")) -> None:
-    """Create every catalog topic of the namespace that does not exist yet."""
+           replication: Optional[int] = typer.Option(None, help="Replication factor (default: the config's "
+                                                                "topics.replication, else min(3, brokers))."),
+           partitions: Optional[int] = typer.Option(None, "--partitions", "-p", min=1, help=(
+               "Partitions of tasks, experiences.raw and experiences.ready (default: the config's topics.partitions, "
+               "else 4); topics that exist with fewer get more."))) -> None:
+    """Create every catalog topic of the namespace that does not exist yet; add partitions to those that
+    have fewer than asked."""
     with user_errors():
-        kafka, ns = cluster(config, bootstrap, namespace)
-        made = create_topics(kafka, ns, replication)
+        cfg, context = component(config, bootstrap, namespace)
+        kafka, ns = context.kafka, context.namespace
+        wanted = {**cfg.topics.partitions, **({s: partitions for s in SCALED} if partitions else {})}
+        TopicsConfig(partitions=wanted)  # a count the catalog refuses fails here, naming the topic
+        made = create_topics(kafka, ns, replication or cfg.topics.replication, wanted)
         console.print(f"created {len(made)} topic(s)" + "".join(f"\n  {t}" for t in made))
+        for g in grow_topics(kafka, ns, wanted):
+            console.print(f"  {g.topic}: {g.before} -> {g.after} partitions")
 
 
 @topics_app.command("list")
@@ -30,7 +40,8 @@ def list_(config: Optional[Path] = ConfigOpt, bootstrap: Optional[str] = Bootstr
           namespace: Optional[str] = NamespaceOpt) -> None:
     """The catalog of the namespace: each topic, its key, partitions, retention, and whether it exists."""
     with user_errors():
-        kafka, ns = cluster(config, bootstrap, namespace)
+        cfg, context = component(config, bootstrap, namespace)
+        kafka, ns = context.kafka, context.namespace
         existing = set(list_topics(kafka))
         table = Table(title=f"topics of namespace '{ns}' at {kafka.bootstrap_servers}")
         table.add_column("topic", no_wrap=True)
@@ -40,7 +51,7 @@ def list_(config: Optional[Path] = ConfigOpt, bootstrap: Optional[str] = Bootstr
             retention = "forever" if spec.retention_ms < 0 else f"{spec.retention_ms / 86_400_000:g} d"
             if spec.cleanup_policy == "compact":
                 retention = "compacted"
-            table.add_row(name, spec.key, str(spec.partitions), retention,
+            table.add_row(name, spec.key, str(cfg.topics.count(spec.suffix)), retention,
                           "[green]yes[/green]" if name in existing else "[red]no[/red]")
         console.print(table)
         others = sorted(t for t in existing if t.startswith(f"{ns}.") and t not in Topics(ns).specs())

@@ -36,17 +36,22 @@ def namespace_status(kafka: KafkaSettings, namespace: str) -> NamespaceStatus:
     records = dict.fromkeys(topics, 0)
     for p, end in ends.items():
         records[p[0]] += end - starts[p]
-    return NamespaceStatus(records, _group_lags(kafka, ends), _latest_version(kafka, Topics(namespace).weights, topics))
+    return NamespaceStatus(records, _group_lags(kafka, starts, ends),
+                           _latest_version(kafka, Topics(namespace).weights, topics))
 
 
-def _group_lags(kafka: KafkaSettings, ends: dict[tuple[str, int], int]) -> list[LagReading]:
-    """Per group and topic of the namespace: what the group committed and the topic's end, summed."""
+def _group_lags(kafka: KafkaSettings, starts: dict[tuple[str, int], int],
+                ends: dict[tuple[str, int], int]) -> list[LagReading]:
+    """Per group and topic of the namespace: what the group committed and the topic's end, summed. A
+    partition of the topic the group has not committed yet (new, or grown) counts from its beginning:
+    the group reads it from there (auto_offset_reset earliest), so that is its backlog."""
     out: list[LagReading] = []
     for group, committed in committed_offsets(kafka).items():
         per_topic: dict[str, list[tuple[int, int]]] = {}
-        for p, offset in committed.items():
-            if p in ends:
-                per_topic.setdefault(p[0], []).append((offset, ends[p]))
+        read = {p[0] for p in committed if p in ends}
+        for p, end in ends.items():
+            if p[0] in read:
+                per_topic.setdefault(p[0], []).append((committed.get(p, starts[p]), end))
         out += [LagReading(group, t, sum(c for c, _ in v), sum(e for _, e in v)) for t, v in sorted(per_topic.items())]
     return out
 

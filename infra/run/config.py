@@ -4,6 +4,7 @@ component, and the run's own settings. `undertow run` and every component comman
 from __future__ import annotations
 
 import copy
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,8 @@ from undertow.infra.monitor import MonitorConfig
 from undertow.processors.config import ProcessorsConfig
 from undertow.rollout.config import EvalConfig, FeederConfig, RolloutConfig
 from undertow.kernel.models import ModelSpec
-from undertow.streams import NAMESPACE_PATTERN, KafkaSettings
+from undertow.streams import NAMESPACE_PATTERN, KafkaSettings, TopicsConfig
+from undertow.streams.topics import IdleWorkers, idle_workers
 from undertow.streams.archive import ArchiveConfig
 from undertow.streams.weights.api import transport_of
 from undertow.trainer.config import TrainerConfig
@@ -114,6 +116,8 @@ class RunConfig(BaseModel):
         "explicitly overrides it (`undertow algorithms` lists every one and what it sets)"))
     kafka: KafkaSettings = Field(default_factory=KafkaSettings, description="brokers; none: a local one is started")
     model: ModelSpec = Field(default_factory=ModelSpec, description="the policy model")
+    topics: TopicsConfig = Field(default_factory=TopicsConfig, description="partitions and replication of the "
+                                 "namespace's topics (README, \"Scaling out\")")
     feeder: FeederConfig = Field(default_factory=FeederConfig, description="the task feeder")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="the rollout workers")
     processors: ProcessorsConfig = Field(default_factory=ProcessorsConfig, description="the stream processors")
@@ -171,6 +175,15 @@ class RunConfig(BaseModel):
         if shadow is None:
             raise ValueError(f"--shadow {name}: the config's shadows are {[s.name for s in self.shadows]}")
         return TrainerConfig.model_validate(deep_merge(self.trainer.model_dump(), shadow.trainer))
+
+    @model_validator(mode="after")
+    def _workers_have_partitions(self) -> "RunConfig":
+        """A warning, not an error: a worker without a partition is idle, not wrong (it takes over when
+        another leaves)."""
+        for message in idle_workers(self.topics, {"tasks": ("rollout.workers", self.rollout.workers),
+                                                  "experiences.raw": ("run.processor_workers", self.run.processor_workers)}):
+            warnings.warn(message, IdleWorkers, stacklevel=2)
+        return self
 
     @model_validator(mode="after")
     def _sections_agree(self, info: ValidationInfo) -> "RunConfig":

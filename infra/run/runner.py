@@ -29,7 +29,7 @@ from undertow.infra.run.secrets import referenced
 from undertow.infra.run.rollout_env import engine_command
 from undertow.infra.run.config import RestartPolicy, RunConfig, RunStage, stage_config, stage_mapping, write_yaml
 from undertow.infra.run.supervisor import Child, Supervisor
-from undertow.streams import KafkaSettings, create_topics
+from undertow.streams import KafkaSettings, create_topics, grow_topics
 from undertow.streams.weights.broadcast import TOKEN_ENV
 
 # The trainer checkpoints before the processors go; the evaluator after the trainer, to score its final
@@ -167,7 +167,9 @@ class Run:
     def _run_stage(self, index: int, stage: RunStage | None) -> StageOutcome:
         name = stage.name if stage else "main"
         path, namespace, steps = self._stage_config(index, stage)
-        create_topics(self.kafka, namespace)
+        topics = self.config.topics
+        create_topics(self.kafka, namespace, topics.replication, topics.partitions)
+        grow_topics(self.kafka, namespace, topics.partitions)  # a resume with more partitions adds them
         metrics = self.run_dir / "metrics.jsonl"
         recorder = MetricsRecorder(self.kafka, namespace, metrics, labels={"stage": name},
                                    after=last_recorded(metrics, stage=name))

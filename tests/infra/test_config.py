@@ -56,3 +56,23 @@ def test_a_name_far_from_every_valid_one_gets_no_guess(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_component_config(path)
     assert "did you mean" not in str(e.value) and "expected one of" in str(e.value)
+
+
+def test_topics_section_sets_partitions_and_warns_of_idle_workers(tmp_path):
+    from undertow.streams.topics import IdleWorkers
+
+    path = tmp_path / "c.yaml"
+    path.write_text("topics:\n  partitions: {tasks: 2, experiences.raw: 8}\n  replication: 3\n"
+                    "rollout: {workers: 3}\nrun: {processor_workers: 8}\n")
+    with pytest.warns(IdleWorkers) as seen:
+        cfg = load_component_config(path)
+    assert cfg.topics.count("tasks") == 2 and cfg.topics.replication == 3
+    # 3 rollout workers on 2 task partitions; 8 processor workers on 8 raw partitions is no warning
+    assert [str(w.message).split(":")[0] for w in seen] == ["rollout.workers (3) > partitions of tasks (2)"]
+
+
+def test_a_bad_partition_count_fails_naming_the_field(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("topics:\n  partitions: {weights: 3}\n")
+    with pytest.raises(ConfigError, match=r"topics\.partitions.*weights: keeps 1 partition"):
+        load_component_config(path)

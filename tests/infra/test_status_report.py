@@ -58,3 +58,26 @@ def test_report_plots_each_panel_and_summarises(tmp_path):
 def test_report_without_metrics_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="no metrics"):
         write_report(tmp_path)
+
+
+@pytest.mark.broker
+def test_status_json_gives_lag_per_group_and_topic(kafka, namespace):
+    """The autoscaler's input: a group that committed 4 of partition 0's 10 tasks and nothing of
+    partition 1's 5 has 6 + 5 = 11 to do (a partition it never committed counts from its beginning)."""
+    from typer.testing import CliRunner
+
+    from undertow.infra.cli import app
+
+    topics = Topics(namespace)
+    with RecordProducer(kafka) as p:
+        for i in range(15):
+            p.send(topics.tasks, Task(task_id=f"t{i}", prompt="1+1"), partition=0 if i < 10 else 1)
+    with RecordConsumer(kafka, [], group_id=f"{namespace}.rollout", expect=Task) as c:
+        c.assign(topics.tasks, "earliest")
+        c.commit({TopicPartition(topics.tasks, 0): 4})
+    out = CliRunner().invoke(app, ["status", "--namespace", namespace, "--json"])
+    assert out.exit_code == 0, out.output
+    signal = json.loads(out.stdout)
+    group = signal["groups"][f"{namespace}.rollout"]
+    assert group["lag"] == 11 and group["topics"][topics.tasks] == {"lag": 11, "committed": 4, "end": 15}
+    assert signal["topic_lag"] == {topics.tasks: 11} and signal["records"][topics.tasks] == 15

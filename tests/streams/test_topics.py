@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from undertow.streams import CATALOG, Topics
-from undertow.streams.topics import FOREVER
+from pydantic import ValidationError
+
+from undertow.streams import CATALOG, Topics, TopicsConfig
+from undertow.streams.topics import FOREVER, idle_workers
 
 
 def test_catalog_has_every_topic_of_the_design():
@@ -39,3 +41,23 @@ def test_replicated_topics_require_two_in_sync_replicas():
 def test_bad_namespace_is_refused(bad):
     with pytest.raises(ValueError, match="namespace"):
         Topics(bad)
+
+
+def test_partitions_come_from_config_per_topic():
+    cfg = TopicsConfig(partitions={"tasks": 8, "experiences.raw": 6})
+    # 8 and 6 set; experiences.ready keeps the catalog's 4, metrics its 1
+    assert [cfg.count(s) for s in ("tasks", "experiences.raw", "experiences.ready", "metrics")] == [8, 6, 4, 1]
+
+
+@pytest.mark.parametrize("partitions, names", [({"taks": 4}, "'taks' is no topic"), ({"tasks": 0}, "tasks: expected at least 1"),
+                                               ({"weights": 2}, "weights: keeps 1 partition")])
+def test_bad_partition_counts_fail_naming_the_topic(partitions, names):
+    with pytest.raises(ValidationError, match=names):
+        TopicsConfig(partitions=partitions)
+
+
+def test_more_workers_than_partitions_names_both_numbers():
+    cfg = TopicsConfig(partitions={"tasks": 4})
+    found = idle_workers(cfg, {"tasks": ("rollout.workers", 6), "experiences.raw": ("run.processor_workers", 4)})
+    assert found == ["rollout.workers (6) > partitions of tasks (4): 2 worker(s) would get no partition and sit "
+                     "idle; set topics.partitions.tasks to at least 6"]  # 4 processor workers on 4 partitions: fine

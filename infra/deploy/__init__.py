@@ -1,0 +1,1 @@
+"""Deployment files (Compose, Kubernetes, Dockerfiles) and their offline validation (validate.py)."""
