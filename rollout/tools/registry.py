@@ -29,7 +29,7 @@ class Tool:
         """`name(arg: type, ...) - description`: the compact form of the fallback system text."""
         spec = self.schema["function"]
         args = ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in spec["parameters"].get("properties", {}).items())
-        return f"{self.name}({args}) - {spec.get('description', '')}".rstrip(" -")
+        return f"{self.name}({args}) - {spec.get('description', '').rstrip('.')}".rstrip(" -")
 
 
 def tool_schema(fn: Callable[..., Any], name: str) -> dict[str, Any]:
