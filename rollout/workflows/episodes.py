@@ -68,13 +68,13 @@ def run_episodes(episodes: list[Episode], ctx: WorkflowContext, react: React, *,
             else:
                 by_budget[budget].append(ep)
         for budget, group in by_budget.items():
-            _turn(group, ctx, react, budget, max_turns, stats)
+            _turn(group, ctx, react, budget, max_turns, max_tokens, stats)
         live = [e for e in live if not e.done]
     return stats
 
 
 def _turn(group: list[Episode], ctx: WorkflowContext, react: React, budget: int, max_turns: int,
-          stats: EpisodeStats) -> None:
+          max_tokens: int | None, stats: EpisodeStats) -> None:
     """One response for each episode of `group` (one engine call), then each one's observation."""
     params = ctx.sampling.model_copy(update={"max_new_tokens": budget})
     stats.calls.append(len(group))
@@ -96,7 +96,9 @@ def _turn(group: list[Episode], ctx: WorkflowContext, react: React, budget: int,
             ep.done = True
         else:
             fed = ctx.engine.tokenizer(observation, add_special_tokens=False)["input_ids"]
-            if _context_left(ctx, ep) - len(fed) < 1:  # no room to answer it: end on the policy's turn
+            room = _context_left(ctx, ep) if max_tokens is None else min(_context_left(ctx, ep),
+                                                                           max_tokens - len(ep.tokens))
+            if room - len(fed) < 1:  # no room left to answer it: end on the policy's turn
                 ep.done = True
                 continue
             ep.tokens += fed

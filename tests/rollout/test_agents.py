@@ -130,12 +130,13 @@ def test_frozen_lake_hand_worked():
 def test_frozen_lake_episodes_play_at_once_with_masks():
     engine = Recorder(build_engine({"name": "transformers", "seed": 0}, ModelSpec()))
     ctx = WorkflowContext(engine=engine, sampling=SamplingParams(max_new_tokens=6), reward=build_reward("format"))
-    flow = build_batch_workflow({"name": "multi_turn", "max_turns": 3, "max_tokens": 40,
+    flow = build_batch_workflow({"name": "multi_turn", "max_turns": 3, "max_tokens": 100,
                                  "environment": {"name": "frozen_lake", "size": 3}})
     [group] = flow([Task(task_id="lake", prompt="Walk to G.", group_size=4)], ctx)
     assert engine.calls[0] == 4  # the first turn: every episode in one call
     for t in group:
-        assert len(t.response_tokens) <= 40 + 6 and len(t.loss_mask) == len(t.response_tokens)
+        assert len(t.response_tokens) <= 100 and len(t.loss_mask) == len(t.response_tokens)
         assert t.loss_mask[0] == 1 and 1 <= t.metadata["turns"] <= 3
         observed = engine.tokenizer.decode([k for k, m in zip(t.response_tokens, t.loss_mask) if m == 0])
-        assert observed.count("\nassistant: ") == t.metadata["turns"] - 1 or t.finish_reason == "stop"
+        assert observed.count("\nassistant: ") == t.metadata["turns"] - 1  # none after the last response
+    assert max(t.metadata["turns"] for t in group) >= 2  # the game really went on after a move
