@@ -10,7 +10,9 @@ by outcome (`tools: {ok: 2, timeout: 1}`), which the worker adds up into its met
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import AfterValidator
 
 from undertow.schemas import Task
 
@@ -22,8 +24,23 @@ from undertow.rollout.workflows.batch import Outcome, batched
 from undertow.rollout.workflows.episodes import Episode, by_task, run_episodes, trajectory
 
 
+def _known_tools(names: list[str]) -> list[str]:
+    resolve_tools(names)  # an unknown tool or one without a schema fails when the config is read
+    return names
+
+
+def _known_parser(name: str) -> str:
+    tool_parsers.get(name)
+    return name
+
+
+# The registry checks a workflow's arguments against these annotations when the config is read.
+ToolNames = Annotated[list[str], AfterValidator(_known_tools)]
+ParserName = Annotated[str, AfterValidator(_known_parser)]
+
+
 @workflow("tool_agent")
-def tool_agent(task: Task, ctx: WorkflowContext, *, tools: list[str], parser: str = "hermes", max_turns: int = 4,
+def tool_agent(task: Task, ctx: WorkflowContext, *, tools: ToolNames, parser: ParserName = "hermes", max_turns: int = 4,
                max_tokens: int | None = None, timeout_s: float = 5.0, memory_mb: int = 256,
                max_result_chars: int = 1000, observation_role: str = "tool") -> list[Trajectory]:
     """`task.group_size` episodes with `tools` (names or dotted paths), each at most `max_turns`
@@ -38,7 +55,7 @@ def tool_agent(task: Task, ctx: WorkflowContext, *, tools: list[str], parser: st
 
 
 @batched(tool_agent)
-def tool_agent_batch(tasks: list[Task], ctx: WorkflowContext, *, tools: list[str], parser: str = "hermes",
+def tool_agent_batch(tasks: list[Task], ctx: WorkflowContext, *, tools: ToolNames, parser: ParserName = "hermes",
                      max_turns: int = 4, max_tokens: int | None = None, timeout_s: float = 5.0, memory_mb: int = 256,
                      max_result_chars: int = 1000, observation_role: str = "tool") -> list[Outcome]:
     """Every episode of every task at once: one engine call per turn, the turn's tool calls in parallel."""

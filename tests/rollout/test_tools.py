@@ -68,3 +68,15 @@ def test_memory_hog_is_stopped_by_its_limit(sandbox):
     result = sandbox.call(ToolCall("hog", {"megabytes": 1024}))
     assert result.kind == "memory" and "memory limit" in result.text
     assert sandbox.call(ToolCall("hog", {"megabytes": 8})).text == str(8 * 2 ** 20)  # under the limit: fine
+
+
+def test_a_config_naming_an_unknown_tool_or_parser_fails_when_read():
+    from pydantic import ValidationError
+
+    from undertow.rollout.config import RolloutConfig
+
+    assert RolloutConfig(workflow={"name": "tool_agent", "tools": ["calculator"]})
+    with pytest.raises(ValidationError, match="tool 'calculater': unknown \\(did you mean 'calculator'"):
+        RolloutConfig(workflow={"name": "tool_agent", "tools": ["calculater"]})
+    with pytest.raises(ValidationError, match="argument parser = 'json'"):
+        RolloutConfig(workflow={"name": "tool_agent", "tools": ["calculator"], "parser": "json"})
