@@ -14,6 +14,7 @@ observation tokens as fed to the engine, never a re-tokenization of the decoded 
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
@@ -61,8 +62,7 @@ def run_episodes(episodes: list[Episode], ctx: WorkflowContext, react: React, *,
     while live:
         by_budget: dict[int, list[Episode]] = defaultdict(list)
         for ep in live:
-            budget = min(_context_left(ctx, ep), ctx.sampling.max_new_tokens,
-                         max_tokens - len(ep.tokens) if max_tokens is not None else ctx.sampling.max_new_tokens)
+            budget = min(_room(ctx, ep, max_tokens), ctx.sampling.max_new_tokens)
             if budget < 1:
                 ep.done = True  # finish stays "length": out of tokens
             else:
@@ -96,9 +96,7 @@ def _turn(group: list[Episode], ctx: WorkflowContext, react: React, budget: int,
             ep.done = True
         else:
             fed = ctx.engine.tokenizer(observation, add_special_tokens=False)["input_ids"]
-            room = _context_left(ctx, ep) if max_tokens is None else min(_context_left(ctx, ep),
-                                                                           max_tokens - len(ep.tokens))
-            if room - len(fed) < 1:  # no room left to answer it: end on the policy's turn
+            if _room(ctx, ep, max_tokens) - len(fed) < 1:  # no room left to answer it: end on the policy's turn
                 ep.done = True
                 continue
             ep.tokens += fed
@@ -106,11 +104,17 @@ def _turn(group: list[Episode], ctx: WorkflowContext, react: React, budget: int,
             ep.texts.append(observation)
 
 
+def _room(ctx: WorkflowContext, ep: Episode, max_tokens: int | None) -> int:
+    """Tokens the episode may still add: the model's context, and its own budget."""
+    left = _context_left(ctx, ep)
+    return left if max_tokens is None else min(left, max_tokens - len(ep.tokens))
+
+
 def _context_left(ctx: WorkflowContext, ep: Episode) -> int:
-    """New tokens the model's context still holds (unbounded models: max_new_tokens)."""
+    """New tokens the model's context still holds (an engine without a limit: as many as asked)."""
     limit = getattr(ctx.engine, "max_length", None)
     if limit is None:
-        return ctx.sampling.max_new_tokens
+        return sys.maxsize
     return limit - len(ep.prompt) - len(ep.tokens) - 1
 
 
