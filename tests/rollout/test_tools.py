@@ -24,8 +24,8 @@ def test_hermes_parser_finds_calls_and_names_each_malformed_one():
 
 def test_pythonic_parser_reads_literals_and_never_evaluates():
     parse = tool_parsers.get("pythonic")
-    calls, errors = parse("<tool_call>calculator(expression='2*3')</tool_call><tool_call>f(__import__('os'))</tool_call>"
-                          "<tool_call>g(x=open('f'))</tool_call>")
+    calls, errors = parse("<tool_call>calculator(expression='2*3')</tool_call>"
+                          "<tool_call>f(__import__('os'))</tool_call><tool_call>g(x=open('f'))</tool_call>")
     assert calls == [ToolCall("calculator", {"expression": "2*3"})] and len(errors) == 2
 
 
