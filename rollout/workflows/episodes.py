@@ -41,6 +41,7 @@ class Episode:
     finish: Literal["stop", "length", "abort"] = "length"
     done: bool = False
     error: Exception | None = None  # the task fails with it
+    cut_is_length: bool = True  # False: an environment's "done" makes the episode "stop" even on a cut response
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
@@ -90,8 +91,8 @@ def _turn(group: list[Episode], ctx: WorkflowContext, react: React, budget: int,
         ep.mask += [1] * len(sample.tokens)
         ep.texts.append(sample.text)
         ep.last, ep.turns = sample.text, ep.turns + 1
-        if observation is None:
-            ep.done, ep.finish = True, "stop"
+        if observation is None:  # over: a truncated last response stays "length" (the processors may drop it)
+            ep.done, ep.finish = True, "length" if sample.finish_reason == "length" and ep.cut_is_length else "stop"
         elif ep.turns >= max_turns:  # no turn left to answer it: end on the policy's turn
             ep.done = True
         else:

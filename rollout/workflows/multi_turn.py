@@ -72,4 +72,5 @@ def _start(task: Task, ctx: WorkflowContext, env: Any) -> Episode:
         text, tokens = prompt_tokens(task.model_copy(update={"messages": [], "prompt": first}), ctx)
     except Exception as e:  # noqa: BLE001 — the task fails with it
         return Episode(task, "", [], done=True, error=e)
-    return Episode(task, text, tokens, state=env)
+    # The environment decides when the game is over: a cut last response still ends it ("stop").
+    return Episode(task, text, tokens, state=env, cut_is_length=False)

@@ -140,3 +140,14 @@ def test_frozen_lake_episodes_play_at_once_with_masks():
         observed = engine.tokenizer.decode([k for k, m in zip(t.response_tokens, t.loss_mask) if m == 0])
         assert observed.count("\nassistant: ") == t.metadata["turns"] - 1  # none after the last response
     assert max(t.metadata["turns"] for t in group) >= 2  # the game really went on after a move
+
+
+def test_an_answer_without_a_call_ends_the_episode_and_a_cut_one_says_length():
+    engine = build_engine({"name": "transformers", "seed": 0}, ModelSpec())
+    ctx = WorkflowContext(engine=engine, sampling=SamplingParams(max_new_tokens=3), reward=build_reward("format"))
+    flow = build_batch_workflow({"name": "tool_agent", "tools": ["calculator"], "parser": "pythonic"})
+    [group] = flow([Task(task_id="q", prompt="2*3?", group_size=2)], ctx)
+    for t in group:  # the random tiny model writes no call: its first response is its answer
+        assert t.metadata == {"turns": 1, "tools": {}} and t.loss_mask == [1] * len(t.response_tokens)
+        assert t.finish_reason == ("stop" if t.response_tokens[-1] == engine.tokenizer.eos_token_id else "length")
+    assert "length" in {t.finish_reason for t in group}
