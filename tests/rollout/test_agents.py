@@ -151,3 +151,16 @@ def test_an_answer_without_a_call_ends_the_episode_and_a_cut_one_says_length():
         assert t.metadata == {"turns": 1, "tools": {}} and t.loss_mask == [1] * len(t.response_tokens)
         assert t.finish_reason == ("stop" if t.response_tokens[-1] == engine.tokenizer.eos_token_id else "length")
     assert "length" in {t.finish_reason for t in group}
+
+
+def test_tool_results_take_the_templates_turn_markers_after_the_models_own_eos():
+    tok = char_tokenizer()
+    tok.chat_template = ("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}<eos>\n{% endfor %}"
+                         "{% if add_generation_prompt %}assistant: {% endif %}")
+    from undertow.rollout.tools.chat import observation_text
+
+    # The response ended with the EOS the template puts after a turn: the observation starts after it.
+    assert observation_text(tok, ["5", "x"]) == "\ntool: 5<eos>\ntool: x<eos>\nassistant: "
+    # A response cut before its EOS: the observation closes the turn first.
+    assert observation_text(tok, ["5"], ended_with_eos=False) == "<eos>\ntool: 5<eos>\nassistant: "
+    assert observation_text(tok, ["5"], role="user") == "\nuser: 5<eos>\nassistant: "
