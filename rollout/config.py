@@ -66,15 +66,16 @@ class RolloutConfig(BaseModel):
 
     engine: Entry = Field("transformers", description="inference engine: transformers, vllm, or dotted path (+ kwargs)")
     sampling: SamplingParams = Field(default_factory=SamplingParams, description="temperature, top_p, max_new_tokens")
-    workflow: Entry = Field("single_turn", description="single_turn, multi_turn (+ environment), or dotted path")
+    workflow: Entry = Field("single_turn", description="single_turn, multi_turn (+ environment), tool_agent (+ tools), "
+                                                        "or dotted path")
     reward: Entry = Field("numeric_match", description="reward function (see rollout.rewards) or dotted path")
     reward_timeout_s: float | None = Field(
         30.0, gt=0, description="longest a reward call may take; past it the task goes to the rejected topic with "
                                 "reason timeout (null: wait for ever)")
     chat_template: bool = Field(True, description="wrap plain prompts as a user message in the chat template")
     batch_tasks: int = Field(
-        8, ge=1, le=1024, description="most ready tasks a worker generates in one engine call (workflows without a "
-                                      "batched form, multi_turn and reference, still run them one by one)")
+        8, ge=1, le=1024, description="most ready tasks a worker generates in one engine call (multi-turn workflows: "
+                                      "every episode of the batch in each turn's call)")
     workers: int = Field(1, ge=1, description="worker processes in the consumer group")
     consumer_group: str | None = Field(None, description="consumer group on the tasks topic (default <namespace>.rollout)")
     max_staleness: int = Field(1, ge=0, description="policy versions a worker may lag the trainer's latest (0: on-policy)")

@@ -1,9 +1,10 @@
 """The rollout worker: tasks in, experiences out, weights swapped between generations.
 
 Per batch of up to `rollout.batch_tasks` ready tasks: generate every group in one engine call (a
-single-turn workflow; others go task by task), score each, publish one Experience per sample keyed
-by group id, wait for the acknowledgements, then commit the batch's offsets (at-least-once; ids
-are deterministic, so a batch redelivered after a crash yields the same experiences).
+single-turn workflow; a multi-turn one plays every episode of the batch at once, one call per turn),
+score each, publish one Experience per sample keyed by group id once its task's episodes have all
+ended, wait for the acknowledgements, then commit the batch's offsets (at-least-once; ids are
+deterministic, so a batch redelivered after a crash yields the same experiences).
 """
 
 from __future__ import annotations
@@ -208,7 +209,7 @@ class RolloutWorker:
         metric = MetricEvent(component=self.name, step=self.admission.held, values={
             "tokens_per_s": tokens / max(seconds, 1e-9), "reward_mean": sum(rewards) / len(rewards),
             "policy_version": float(self.admission.held), "trainer_version": float(self.admission.latest),
-            "batch_tasks": float(tasks)})
+            "batch_tasks": float(tasks), **_tool_counts(experiences)})
         self.producer.send(self.topics.metrics, metric, key=self.name)
 
 
@@ -218,6 +219,16 @@ def next_offsets(deliveries: list[Delivery[Task]]) -> dict[tuple[str, int], int]
     for d in deliveries:
         offsets[(d.topic, d.partition)] = max(d.offset + 1, offsets.get((d.topic, d.partition), 0))
     return offsets
+
+
+def _tool_counts(experiences: list[Experience]) -> dict[str, float]:
+    """Tool calls of a batch by outcome (`tool_ok`, `tool_timeout`, ...), from the tool_agent workflow's metadata."""
+    counts: dict[str, float] = {}
+    for e in experiences:
+        tools = e.metadata.get("tools")
+        for kind, n in (tools.items() if isinstance(tools, dict) else ()):
+            counts[f"tool_{kind}"] = counts.get(f"tool_{kind}", 0.0) + float(n)  # type: ignore[arg-type]
+    return counts
 
 
 def _reason(error: Exception) -> str:

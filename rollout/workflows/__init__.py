@@ -7,6 +7,8 @@ from undertow.rollout.workflows import single_turn as _single  # noqa: F401  (fi
 from undertow.rollout.workflows import multi_turn as _multi  # noqa: F401
 from undertow.rollout.workflows import number_guess as _guess  # noqa: F401
 from undertow.rollout.workflows import reference as _reference  # noqa: F401
+from undertow.rollout.workflows import tool_agent as _tool_agent  # noqa: F401
+from undertow.rollout import environments as _environments  # noqa: F401  (frozen_lake, ...)
 
 __all__ = ["BatchWorkflow", "Environment", "Outcome", "StepResult", "Trajectory", "WorkflowContext", "batched",
            "build_batch_workflow", "build_workflow", "environment",

@@ -4,8 +4,9 @@ An engine batches far better than one group at a time (vLLM schedules every sequ
 together), so the worker hands its ready tasks over together. A workflow gains a batched form with
 `@batched(one)` over `fn(tasks, ctx, **kwargs) -> list[Outcome]`: one outcome per task, in order,
 either the task's trajectories or the exception that task raised, so one bad task does not fail the
-others. A workflow without one (multi_turn: each turn's prompt depends on the last response;
-reference: nothing is generated) runs task by task, with the same outcomes.
+others. Multi-turn workflows (multi_turn, tool_agent) batch each turn over every live episode
+(episodes.py). A workflow without a batched form (reference: nothing is generated) runs task by
+task, with the same outcomes.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 The trajectory is prompt, then response 1, observation 1, response 2, … Observation tokens stay
 in the experience (the policy conditions on them) with loss mask 0: the trainer must not learn to
-produce them. Behaviour log-probs of every response token, observations included, come from one
-scoring pass over the finished trajectory (schemas.logprobs, like the trainer); causal attention
-makes a policy token's log-prob the same as at the time it was sampled.
+produce them. Every episode of the batch (all tasks, all samples) plays at once: each turn is one
+engine call over the episodes still running (episodes.py). Behaviour log-probs of every response
+token, observations included, come from one scoring pass over the finished trajectory
+(schemas.logprobs, like the trainer).
 """
 
 from __future__ import annotations
@@ -13,63 +14,63 @@ from typing import Any, Mapping
 
 from undertow.schemas import Task
 
+from undertow.rollout.engines.base import Sample
 from undertow.rollout.workflows.base import Trajectory, WorkflowContext, prompt_tokens, workflow
-from undertow.rollout.workflows.environment import Environment, environment_factory
+from undertow.rollout.workflows.batch import Outcome, batched
+from undertow.rollout.workflows.environment import environment_factory
+from undertow.rollout.workflows.episodes import Episode, by_task, run_episodes, trajectory
+
+TINY_OBSERVATION = "\nuser: {observation}\nassistant: "
 
 
 @workflow("multi_turn")
 def multi_turn(task: Task, ctx: WorkflowContext, *, environment: str | Mapping[str, Any], max_turns: int = 6,
-               observation_format: str = "\nuser: {observation}\nassistant: ") -> list[Trajectory]:
-    """`task.group_size` episodes of `environment`, each at most `max_turns` policy turns.
+               max_tokens: int | None = None, observation_format: str = TINY_OBSERVATION) -> list[Trajectory]:
+    """`task.group_size` episodes of `environment`, each at most `max_turns` policy turns and
+    `max_tokens` response tokens (observations included; null: the model's context).
 
     `observation_format` wraps each observation in the model's turn markers (the default matches the
     tiny model's chat template). Components: the environment's summed reward as "env" plus the
     configured reward on the last response.
     """
+    [outcome] = multi_turn_batch([task], ctx, environment=environment, max_turns=max_turns, max_tokens=max_tokens,
+                                 observation_format=observation_format)
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
+@batched(multi_turn)
+def multi_turn_batch(tasks: list[Task], ctx: WorkflowContext, *, environment: str | Mapping[str, Any],
+                     max_turns: int = 6, max_tokens: int | None = None,
+                     observation_format: str = TINY_OBSERVATION) -> list[Outcome]:
+    """Every episode of every task at once, one engine call per turn."""
     make = environment_factory(environment)
-    return [_episode(task, ctx, make(), max_turns, observation_format) for _ in range(task.group_size)]
+    episodes = [_start(task, ctx, make()) for task in tasks for _ in range(task.group_size)]
+
+    def react(group: list[Episode], samples: list[Sample]) -> list[str | None]:
+        observations: list[str | None] = []
+        for ep, sample in zip(group, samples):
+            try:
+                result = ep.state.step(sample.text)
+            except Exception as e:  # noqa: BLE001 — this task fails; the batch goes on
+                ep.error = e
+                observations.append(None)
+                continue
+            ep.metadata["env_reward"] = ep.metadata.get("env_reward", 0.0) + result.reward
+            observations.append(None if result.done else observation_format.format(observation=result.observation))
+        return observations
+
+    run_episodes(episodes, ctx, react, max_turns=max_turns, max_tokens=max_tokens)
+    return by_task(tasks, episodes, lambda ep: trajectory(
+        ep, ctx, {"env": ep.metadata.pop("env_reward", 0.0), **ctx.reward(ep.last, ep.task)}))
 
 
-def _episode(task: Task, ctx: WorkflowContext, env: Environment, max_turns: int, fmt: str) -> Trajectory:
-    first = env.reset(task)
-    prompt_text, prompt = prompt_tokens(task.model_copy(update={"messages": [], "prompt": first}), ctx)
-    tokens: list[int] = []
-    mask: list[int] = []
-    texts: list[str] = []
-    env_reward, finish, last, turns = 0.0, "length", "", 0
-    for turns in range(1, max_turns + 1):
-        budget = _budget(ctx, prompt, tokens)
-        if budget < 1:
-            break
-        params = ctx.sampling.model_copy(update={"max_new_tokens": min(ctx.sampling.max_new_tokens, budget)})
-        sample = ctx.engine.generate([prompt + tokens], 1, params)[0][0]
-        tokens += sample.tokens
-        mask += [1] * len(sample.tokens)
-        texts.append(sample.text)
-        last = sample.text
-        result = env.step(sample.text)
-        env_reward += result.reward
-        if result.done:
-            finish = "stop"
-            break
-        if turns == max_turns:  # no turn left to answer it: end on the policy's turn
-            break
-        observation = fmt.format(observation=result.observation)
-        obs_tokens = ctx.engine.tokenizer(observation, add_special_tokens=False)["input_ids"]
-        tokens += obs_tokens
-        mask += [0] * len(obs_tokens)
-        texts.append(observation)
-    logprobs = ctx.engine.logprobs(prompt, tokens, ctx.sampling.temperature) if tokens else []
-    components = {"env": env_reward, **ctx.reward(last, task)}
-    return Trajectory(prompt_text=prompt_text, prompt_tokens=prompt, response_text="".join(texts),
-                      response_tokens=tokens, logprobs=logprobs, loss_mask=mask, finish_reason=finish,
-                      reward_components=components, metadata={"turns": turns})
-
-
-def _budget(ctx: WorkflowContext, prompt: list[int], tokens: list[int]) -> int:
-    """New tokens still allowed by the model's context length (unbounded models: max_new_tokens)."""
-    limit = getattr(ctx.engine, "max_length", None)
-    if limit is None:
-        return ctx.sampling.max_new_tokens
-    return limit - len(prompt) - len(tokens) - 1
-
+def _start(task: Task, ctx: WorkflowContext, env: Any) -> Episode:
+    try:
+        first = env.reset(task)
+        text, tokens = prompt_tokens(task.model_copy(update={"messages": [], "prompt": first}), ctx)
+    except Exception as e:  # noqa: BLE001 — the task fails with it
+        return Episode(task, "", [], done=True, error=e)
+    # The environment decides when the game is over: a cut last response still ends it ("stop").
+    return Episode(task, text, tokens, state=env, cut_is_length=False)

@@ -85,14 +85,20 @@ def test_a_prompt_the_engine_refuses_fails_alone():
     assert isinstance(outcomes[2], ValueError) and len(outcomes[0]) == len(outcomes[1]) == 2
 
 
+def test_multi_turn_episodes_of_all_tasks_share_each_turns_engine_call():
+    engine = EchoEngine()
+    batch = [Task(task_id=f"g{i}", prompt="guess", answer="3", group_size=2) for i in range(2)]
+    outcomes = build_batch_workflow({"name": "multi_turn", "environment": "number_guess", "max_turns": 2})(
+        batch, ctx_of(engine))
+    assert engine.calls == [(4, 1), (4, 1)]  # 2 tasks x 2 samples, two turns: one call per turn
+    assert [len(o) for o in outcomes] == [2, 2]
+    assert all(t.metadata["turns"] == 2 for o in outcomes for t in o)
+
+
 def test_workflows_without_a_batched_form_run_task_by_task():
     engine = EchoEngine()
-    outcomes = build_batch_workflow({"name": "multi_turn", "environment": "number_guess", "max_turns": 1})(
-        [Task(task_id="g", prompt="guess", answer="3", group_size=2)], ctx_of(engine))
-    assert engine.calls == [(1, 1), (1, 1)]  # an episode at a time: the next prompt needs the last answer
-    assert len(outcomes) == 1 and len(outcomes[0]) == 2
     reference = build_batch_workflow("reference")(tasks(2, 1), ctx_of(engine))
-    assert [len(o) for o in reference] == [2, 1] and len(engine.calls) == 2  # scored, nothing generated
+    assert [len(o) for o in reference] == [2, 1] and engine.calls == []  # scored, nothing generated
 
 
 def test_batch_tasks_is_validated():
