@@ -8,7 +8,7 @@ import typer
 # same name bound here would hide it from `import undertow.infra.cli.run as ...` and from mock.patch).
 from undertow.infra.cli import algorithms, broker, config, history, load, monitor, processors, rollout, run, status, tail, topics
 from undertow.infra.cli import eval as evaluation
-from undertow.infra.cli import trainer, watch
+from undertow.infra.cli import serve, trainer, watch
 
 app = typer.Typer(
     name="undertow",
@@ -21,6 +21,7 @@ app.command("run")(run.run)
 app.command("status")(status.status)
 app.command("report")(status.report)
 app.add_typer(rollout.rollout_cli)  # undertow feed, undertow rollout
+app.command("serve")(serve.serve)
 app.command("process")(processors.process)
 app.command("train")(trainer.train)
 app.command("eval")(evaluation.eval_command)
