@@ -52,6 +52,7 @@ class Pending:
     prompt: list[int]
     new_text: str
     new_tokens: list[int]
+    rendered: str  # the template's text of the whole conversation so far (with the model's own turns)
 
 
 @dataclass
@@ -82,7 +83,8 @@ class Session:
     logprobs: list[float] = field(default_factory=list)
     texts: list[str] = field(default_factory=list)
     turns: list[Generated] = field(default_factory=list)
-    _recorded_text: str = ""  # prompt_text + every later segment's text: what the template must extend
+    _rendered: str = ""  # the template's text of the conversation up to the last turn
+    _last_raw: str = ""  # the last turn's text as generated, special tokens included
     _turn_texts: list[str] = field(default_factory=list)  # each turn's text without its end token
 
     def next_prompt(self, tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> Pending:
@@ -90,7 +92,7 @@ class Session:
         if not self.turns:
             text = render(tokenizer, messages, tools)
             tokens = tokenize(tokenizer, text)
-            return Pending(prompt=tokens, new_text=text, new_tokens=tokens)
+            return Pending(prompt=tokens, new_text=text, new_tokens=tokens, rendered=text)
         said = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
         if len(said) != len(self.turns):
             raise SessionMismatch(f"the conversation has {len(said)} assistant message(s); session "
@@ -101,12 +103,12 @@ class Session:
         for i, turn_text in zip(said, self._turn_texts):
             replayed[i] = {"role": "assistant", "content": turn_text}  # the model's own text, calls and all
         text = render(tokenizer, replayed, tools)
-        for recorded in self._recorded_prefixes(tokenizer):
+        for recorded in self._recorded_prefixes():
             if text.startswith(recorded):
                 new_text = text[len(recorded):]
                 new_tokens = tokenize(tokenizer, new_text)
                 return Pending(prompt=self.prompt_tokens + self.tokens + new_tokens, new_text=new_text,
-                               new_tokens=new_tokens)
+                               new_tokens=new_tokens, rendered=text)
         raise SessionMismatch(f"the conversation does not continue session {self.session_id!r}'s recorded turns "
                               "(earlier messages or tools changed, or the chat template rewrites old turns)")
 
@@ -114,20 +116,19 @@ class Session:
         """Append a turn: the new messages' tokens (mask 0), then the engine's tokens as generated (mask 1)."""
         if not self.turns:
             self.prompt_text, self.prompt_tokens = pending.new_text, list(pending.new_tokens)
-            self._recorded_text = pending.new_text
         elif pending.new_tokens or pending.new_text:
             self.tokens += pending.new_tokens
             self.mask += [0] * len(pending.new_tokens)
             # Not the policy's tokens: masked out of the loss, so their log-prob is never read.
             self.logprobs += [0.0] * len(pending.new_tokens)
             self.texts.append(pending.new_text)
-            self._recorded_text += pending.new_text
+        self._rendered = pending.rendered
         self.tokens += generated.tokens
         self.mask += [1] * len(generated.tokens)
         self.logprobs += generated.logprobs
         raw = tokenizer.decode(generated.tokens, skip_special_tokens=False)
         self.texts.append(raw)
-        self._recorded_text += raw
+        self._last_raw = raw
         self._turn_texts.append(tokenizer.decode(self._without_end(generated, tokenizer), skip_special_tokens=False))
         self.turns.append(generated)
 
@@ -148,12 +149,12 @@ class Session:
         """The oldest version that generated a turn: staleness is counted from it (conservative)."""
         return min(t.version for t in self.turns)
 
-    def _recorded_prefixes(self, tokenizer: Any) -> list[str]:
-        """The recorded text, and (when the last turn ended on the end token) the same without it."""
-        last = self.turns[-1]
-        stripped = self._recorded_text[:len(self._recorded_text) - len(tokenizer.decode(
-            last.tokens, skip_special_tokens=False))] + self._turn_texts[-1]
-        return [self._recorded_text] if stripped == self._recorded_text else [self._recorded_text, stripped]
+    def _recorded_prefixes(self) -> list[str]:
+        """What the template's rendering must start with: the conversation as it rendered it up to the
+        last turn, then that turn as generated, or (when it ended on the end token, which the template
+        may render itself or not at all) without its end token."""
+        full, stripped = self._rendered + self._last_raw, self._rendered + self._turn_texts[-1]
+        return [full] if stripped == full else [full, stripped]
 
     @staticmethod
     def _without_end(generated: Generated, tokenizer: Any) -> list[int]:

@@ -76,11 +76,16 @@ def test_a_session_keeps_the_generated_tokens_and_appends_the_new_messages_maske
     # The trap: re-tokenizing the conversation loses the <eos> the policy generated.
     assert ids(tok, render(tok, second, None)) != p2.prompt
     session.record(p2, Generated(tokens=ids(tok, "no"), logprobs=[-0.5, -0.25], finish_reason="length", version=1), tok)
+    # A third turn: the first one's <eos> is still in the recording, not in the template's rendering.
+    third = second + [{"role": "assistant", "content": "no"}, {"role": "user", "content": "?"}]
+    p3 = session.next_prompt(tok, third, None)
+    assert p3.prompt == p2.prompt + ids(tok, "no") + ids(tok, "\nuser: ?\nassistant: ")
+    session.record(p3, Generated(tokens=ids(tok, "1"), logprobs=[-0.125], finish_reason="length", version=1), tok)
     t = session.trajectory({"win": 1.0})
-    assert t.prompt_tokens == p1.prompt and t.response_tokens == said + new + ids(tok, "no")
-    assert t.loss_mask == [1, 1, 1] + [0] * 21 + [1, 1]
-    assert t.logprobs == [-1.0, -2.0, -3.0] + [0.0] * 21 + [-0.5, -0.25]
-    assert t.finish_reason == "length" and t.metadata["turn_versions"] == [0, 1] and session.policy_version == 0
+    assert t.prompt_tokens == p1.prompt and t.response_tokens == p3.prompt[20:] + ids(tok, "1")
+    assert t.loss_mask == [1, 1, 1] + [0] * 21 + [1, 1] + [0] * 20 + [1]
+    assert t.logprobs == [-1.0, -2.0, -3.0] + [0.0] * 21 + [-0.5, -0.25] + [0.0] * 20 + [-0.125]
+    assert t.finish_reason == "length" and t.metadata["turn_versions"] == [0, 1, 1] and session.policy_version == 0
 
 
 def test_special_tokens_the_client_never_saw_stay_recorded(tok):
