@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
+import threading
 from typing import Any, Awaitable, Callable
 
 from starlette.applications import Starlette
@@ -88,9 +90,14 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def serve(endpoint: Endpoint, host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Serve until SIGINT / SIGTERM (uvicorn handles them), following the weights topic meanwhile."""
+    """Serve until SIGINT / SIGTERM, following the weights topic meanwhile; then close the endpoint."""
     import uvicorn
 
+    if threading.current_thread() is threading.main_thread():
+        # uvicorn shuts down gracefully on the signal, then raises it again into the handler it found:
+        # this one lets the process go on to close the producer and the subscriber, and exit 0.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: None)
     endpoint.start()
     try:
         uvicorn.Server(uvicorn.Config(build_app(endpoint), host=host, port=port, log_level="info")).run()

@@ -3,8 +3,11 @@ reports its reward, and the episode lands on <ns>.experiences.raw token-in/token
 
 from __future__ import annotations
 
+import json
+import signal
 import socket
 import threading
+import urllib.request
 
 import openai
 import pytest
@@ -16,7 +19,7 @@ from undertow.streams import RecordProducer, Topics
 from undertow.rollout.serve import Episode
 from undertow.rollout.serve.app import build_app
 from undertow.rollout.serve.endpoint import Endpoint
-from tests.helpers import load_run, read_all, wait_for
+from tests.helpers import load_run, read_all, start_cli, wait_for
 from tests.rollout.test_generation import trainer_logprobs
 from tests.rollout.test_worker_broker import publish_weights
 
@@ -87,3 +90,29 @@ def test_an_agent_episode_through_the_openai_client_is_published_with_its_masks(
     v1 = trainer_logprobs(ModelSpec(seed=7), [exp], 1.0)[0][start:]
     assert max(abs(a - b) for a, b in zip(exp.behaviour_logprobs[start:], v1)) <= 1e-4
     assert exp.metadata["worker"] == "serve-t" and exp.metadata["tokenizer"] == endpoint.fingerprint
+
+
+def test_undertow_serve_answers_until_sigterm(kafka, namespace, config_path):
+    """The entry point: `undertow serve CONFIG` answers a completion and exits 0 on SIGTERM."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = start_cli("serve", str(config_path(rollout={"sampling": {"max_new_tokens": 4}})), "--port", str(port))
+    try:
+        base = f"http://127.0.0.1:{port}/v1"
+        wait_for(lambda: _models(base), timeout=120, what="undertow serve up", proc=proc, every=0.5)
+        reply = openai.OpenAI(base_url=base, api_key="-", max_retries=0).chat.completions.create(
+            model="policy", messages=[{"role": "user", "content": "1+1?"}], max_tokens=3)
+        assert reply.usage.completion_tokens <= 3 and reply.choices[0].message.role == "assistant"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0, out[-3000:]
+
+
+def _models(base: str) -> list | None:
+    try:
+        with urllib.request.urlopen(base + "/models", timeout=2) as response:
+            return json.loads(response.read())["data"]
+    except OSError:
+        return None
