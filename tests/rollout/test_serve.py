@@ -4,6 +4,8 @@ recorder (hand-worked on the tiny model's one-token-per-character tokenizer), an
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 from starlette.testclient import TestClient
@@ -197,3 +199,42 @@ def test_an_unrecorded_request_samples_n_choices_or_greedy(client):
               for _ in range(2)]
     assert greedy[0] == greedy[1]
     assert json.loads(client.get("/health").content)["status"] == "ok"
+
+
+def test_concurrent_requests_take_turns_on_the_engine_and_each_session_stays_whole():
+    engine = TransformersEngine(ModelSpec(), seed=0)
+    endpoint = Endpoint(engine, "policy", SamplingParams(max_new_tokens=3))
+    client = TestClient(build_app(endpoint))
+    active, most, asked = [0], [0], {}
+    generate = engine.generate
+
+    def watched(prompts, n, params):  # the real engine, watched for overlapping calls
+        active[0] += 1
+        most[0] = max(most[0], active[0])
+        time.sleep(0.01)
+        try:
+            return generate(prompts, n, params)
+        finally:
+            active[0] -= 1
+
+    engine.generate = watched
+
+    def episode(i: int) -> None:
+        s, messages = {"X-Undertow-Session": f"c{i}"}, [{"role": "user", "content": f"{i}+1?"}]
+        first = ask(client, {"model": "policy", "messages": messages}, **s).json()["choices"][0]["message"]["content"]
+        messages += [{"role": "assistant", "content": first}, {"role": "user", "content": "so?"}]
+        asked[i] = ask(client, {"model": "policy", "messages": messages}, **s).status_code
+
+    threads = [threading.Thread(target=episode, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert asked == {i: 200 for i in range(4)} and most[0] == 1
+    for i in range(4):
+        session = endpoint._sessions[f"c{i}"]
+        prompt = session.prompt_tokens
+        assert prompt == ids(endpoint.tokenizer, f"user: {i}+1?\nassistant: ") and len(session.turns) == 2
+        first = session.turns[0].tokens
+        assert session.tokens[:len(first)] == first and session.mask == [1] * len(first) + [0] * 22 + [1] * len(
+            session.turns[1].tokens)  # "\nuser: so?\nassistant: " is 22 characters
