@@ -13,7 +13,7 @@ import logging
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -44,7 +44,8 @@ class RewardBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     reward: float | None = Field(None, allow_inf_nan=False, description="the episode's reward")
-    components: dict[str, float] | None = Field(None, description="named parts; the reward is their sum")
+    components: dict[str, Annotated[float, Field(allow_inf_nan=False)]] | None = Field(
+        None, description="named parts; the reward is their sum")
 
 
 @dataclass
@@ -119,6 +120,8 @@ class Endpoint:
             raise ApiError(400, f"{SESSION} must match {SESSION_ID.pattern}", param=SESSION)
         session, lock = self._session(session_id, headers)
         with lock:  # one turn of a session at a time: the next one extends this one's tokens
+            with self._lock:  # a first turn of the same id that held the lock before us made it
+                session = self._sessions.get(session_id, session)
             return self._turn(session, request)
 
     def reward(self, session_id: str, body: Any) -> dict[str, Any]:

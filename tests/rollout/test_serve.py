@@ -180,6 +180,8 @@ def test_session_rules_and_unknown_routes_get_openais_errors(client):
     r = ask(client, {"model": "policy", "messages": edited}, **s)
     assert r.status_code == 400 and r.json()["error"]["code"] == "session_history_mismatch"
     assert client.post("/v1/undertow/sessions/e1/reward", json={}).status_code == 400  # neither reward nor components
+    nan = client.post("/v1/undertow/sessions/e1/reward", content=b'{"components": {"x": NaN}}')
+    assert nan.status_code == 400 and nan.json()["error"]["param"] == "components.x"
     assert client.post("/v1/undertow/sessions/e1/reward", json={"reward": 1}).status_code == 503  # no broker here
     r = client.post("/v1/undertow/sessions/nobody/reward", json={"reward": 1.0})
     assert r.status_code == 404 and r.json()["error"]["code"] == "session_not_found"
@@ -201,23 +203,29 @@ def test_an_unrecorded_request_samples_n_choices_or_greedy(client):
     assert json.loads(client.get("/health").content)["status"] == "ok"
 
 
-def test_concurrent_requests_take_turns_on_the_engine_and_each_session_stays_whole():
+def watched_endpoint() -> tuple[Endpoint, TestClient, list[int]]:
+    """An endpoint whose real engine counts overlapping generate() calls (the most at once in [1])."""
     engine = TransformersEngine(ModelSpec(), seed=0)
     endpoint = Endpoint(engine, "policy", SamplingParams(max_new_tokens=3))
-    client = TestClient(build_app(endpoint))
-    active, most, asked = [0], [0], {}
+    counts = [0, 0]
     generate = engine.generate
 
-    def watched(prompts, n, params):  # the real engine, watched for overlapping calls
-        active[0] += 1
-        most[0] = max(most[0], active[0])
+    def watched(prompts, n, params):
+        counts[0] += 1
+        counts[1] = max(counts[1], counts[0])
         time.sleep(0.01)
         try:
             return generate(prompts, n, params)
         finally:
-            active[0] -= 1
+            counts[0] -= 1
 
     engine.generate = watched
+    return endpoint, TestClient(build_app(endpoint)), counts
+
+
+def test_concurrent_requests_take_turns_on_the_engine_and_each_session_stays_whole():
+    endpoint, client, counts = watched_endpoint()
+    asked = {}
 
     def episode(i: int) -> None:
         s, messages = {"X-Undertow-Session": f"c{i}"}, [{"role": "user", "content": f"{i}+1?"}]
@@ -230,7 +238,7 @@ def test_concurrent_requests_take_turns_on_the_engine_and_each_session_stays_who
         t.start()
     for t in threads:
         t.join(timeout=60)
-    assert asked == {i: 200 for i in range(4)} and most[0] == 1
+    assert asked == {i: 200 for i in range(4)} and counts[1] == 1
     for i in range(4):
         session = endpoint._sessions[f"c{i}"]
         prompt = session.prompt_tokens
@@ -238,3 +246,20 @@ def test_concurrent_requests_take_turns_on_the_engine_and_each_session_stays_who
         first = session.turns[0].tokens
         assert session.tokens[:len(first)] == first and session.mask == [1] * len(first) + [0] * 22 + [1] * len(
             session.turns[1].tokens)  # "\nuser: so?\nassistant: " is 22 characters
+
+
+def test_two_first_turns_of_one_session_at_once_are_one_turn_and_a_refusal():
+    endpoint, client, _ = watched_endpoint()
+    start, statuses = threading.Barrier(2), []
+
+    def first_turn() -> None:
+        start.wait()
+        statuses.append(ask(client, {"model": "policy", "messages": HI}, **{"X-Undertow-Session": "twice"}).status_code)
+
+    threads = [threading.Thread(target=first_turn) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    # The second is no continuation of the first (no assistant message): refused, not recorded over it.
+    assert sorted(statuses) == [200, 400] and len(endpoint._sessions["twice"].turns) == 1
