@@ -213,7 +213,7 @@ class Endpoint:
             try:
                 check(params)
             except ValueError as e:
-                raise ApiError(400, str(e)) from None  # e.g. vLLM's top_p < 1: its log-probs would not be the trainer's
+                raise ApiError(400, str(e)) from None  # vLLM refuses top_p < 1 (its log-probs are the nucleus')
         with self._engine_lock:
             self._swap_weights()
             return Turn(samples=self.engine.generate([prompt], n, params)[0], version=self.version)
