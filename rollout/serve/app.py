@@ -18,21 +18,26 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from undertow.rollout.serve.endpoint import Endpoint
-from undertow.rollout.serve.protocol import ApiError
+from undertow.rollout.serve.protocol import ApiError, stream_events
 
 log = logging.getLogger(__name__)
-Handler = Callable[[Request], Awaitable[JSONResponse]]
+Handler = Callable[[Request], Awaitable[Response]]
 
 
 def build_app(endpoint: Endpoint) -> Starlette:
     """The ASGI app over `endpoint`: /v1/models, /v1/chat/completions and the session routes."""
 
     async def chat(request: Request) -> Any:
-        return await run_in_threadpool(endpoint.chat, await _json(request), request.headers)
+        body = await _json(request)
+        answer = await run_in_threadpool(endpoint.chat, body, request.headers)
+        if body.get("stream") is True:  # validated by endpoint.chat: a strict bool, options a dict of them
+            usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return StreamingResponse(iter(stream_events(answer, usage)), media_type="text/event-stream")
+        return answer
 
     async def reward(request: Request) -> Any:
         return await run_in_threadpool(endpoint.reward, request.path_params["session_id"], await _json(request))
@@ -61,9 +66,10 @@ def build_app(endpoint: Endpoint) -> Starlette:
 def _api(handler: Callable[[Request], Awaitable[Any]]) -> Handler:
     """`handler`'s dict as JSON; its errors as OpenAI's error objects."""
 
-    async def wrapped(request: Request) -> JSONResponse:
+    async def wrapped(request: Request) -> Response:
         try:
-            return JSONResponse(await handler(request))
+            answer = await handler(request)
+            return answer if isinstance(answer, Response) else JSONResponse(answer)
         except ApiError as e:
             return JSONResponse(e.body(), status_code=e.status)
         except Exception as e:  # the server stays up; the client learns it was ours

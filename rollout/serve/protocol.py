@@ -2,7 +2,8 @@
 
 Only what the engine can honour is accepted: a parameter that would change the sampling in a way
 the engine cannot do (stop sequences, penalties, streaming) is refused with a 400 naming it, as
-OpenAI refuses a bad argument, rather than ignored. Other fields OpenAI clients send (`user`,
+OpenAI refuses a bad argument, rather than ignored. `stream: true` gets the answer as server-sent
+`chat.completion.chunk` events: one delta per choice (the engine returns whole answers). Other fields OpenAI clients send (`user`,
 `metadata`, `seed`, `parallel_tool_calls`, ...) are accepted and have no effect.
 """
 
@@ -13,7 +14,7 @@ import time
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from undertow.rollout.serve.tool_calls import ParsedOutput
 
@@ -83,7 +84,7 @@ def _template_call(call: dict[str, Any]) -> dict[str, Any]:
     return {**call, "function": function}
 
 
-UNSUPPORTED = {"stream": "streaming", "stop": "stop sequences", "frequency_penalty": "frequency_penalty",
+UNSUPPORTED = {"stop": "stop sequences", "frequency_penalty": "frequency_penalty",
                "presence_penalty": "presence_penalty", "logit_bias": "logit_bias"}
 
 
@@ -101,6 +102,8 @@ class ChatRequest(BaseModel):
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     n: int = Field(1, ge=1, le=16)
+    stream: StrictBool = False
+    stream_options: dict[str, StrictBool] | None = None
 
     def refuse_unsupported(self) -> None:
         """A 400 for a parameter set to something the engine cannot do."""
@@ -131,3 +134,22 @@ def completion(model: str, choices: list[tuple[ParsedOutput, str]], prompt_token
             "model": model, "choices": out,
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens}}
+
+
+def stream_events(answer: dict[str, Any], include_usage: bool = False) -> list[str]:
+    """`answer` (a `chat.completion`) as the server-sent events of a streamed one: per choice its
+    whole message as one delta, then its finish reason; the usage when asked; then `[DONE]`."""
+    head = {"id": answer["id"], "object": "chat.completion.chunk", "created": answer["created"],
+            "model": answer["model"]}
+    events = []
+    for choice in answer["choices"]:
+        message = choice["message"]
+        delta: dict[str, Any] = {"role": "assistant", "content": message["content"]}
+        if message.get("tool_calls"):
+            delta["tool_calls"] = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+        events.append({**head, "choices": [{"index": choice["index"], "delta": delta, "finish_reason": None}]})
+        events.append({**head, "choices": [{"index": choice["index"], "delta": {},
+                                            "finish_reason": choice["finish_reason"]}]})
+    if include_usage:
+        events.append({**head, "choices": [], "usage": answer["usage"]})
+    return [f"data: {json.dumps(e)}\n\n" for e in events] + ["data: [DONE]\n\n"]

@@ -156,8 +156,9 @@ HI = [{"role": "user", "content": "hi"}]
     ({"model": "policy", "messages": []}, 400, "messages", None),
     ({"model": "policy", "messages": [{"role": "wizard", "content": "x"}]}, 400, "messages.0.role", None),
     ({"model": "policy", "messages": HI, "temperature": 3}, 400, "temperature", None),
-    ({"model": "policy", "messages": HI, "stream": True}, 400, "stream", "unsupported_parameter"),
+    ({"model": "policy", "messages": HI, "stream": "yes"}, 400, "stream", None),
     ({"model": "policy", "messages": HI, "stop": ["\n"]}, 400, "stop", "unsupported_parameter"),
+    ({"model": "policy", "messages": HI, "presence_penalty": 0.5}, 400, "presence_penalty", "unsupported_parameter"),
     ({"model": "policy", "messages": [{"role": "user", "content": "x" * 300}]}, 400, "messages",
      "context_length_exceeded"),  # the tiny model has 256 positions
     ({"model": "policy", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, "messages", None),
@@ -263,3 +264,16 @@ def test_two_first_turns_of_one_session_at_once_are_one_turn_and_a_refusal():
         t.join(timeout=60)
     # The second is no continuation of the first (no assistant message): refused, not recorded over it.
     assert sorted(statuses) == [200, 400] and len(endpoint._sessions["twice"].turns) == 1
+
+
+def test_a_streamed_answer_is_the_same_answer_in_openais_chunks(client):
+    """Through the real `openai` client (over the in-process app): greedy, so both calls answer alike."""
+    import openai
+
+    agent = openai.OpenAI(base_url="http://testserver/v1", api_key="-", http_client=client, max_retries=0)
+    whole = agent.chat.completions.create(model="policy", messages=HI, temperature=0)
+    chunks = list(agent.chat.completions.create(model="policy", messages=HI, temperature=0, stream=True,
+                                                stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == whole.choices[0].message.content
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == whole.choices[0].finish_reason
+    assert chunks[-1].usage.total_tokens == whole.usage.total_tokens
