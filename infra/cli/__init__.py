@@ -7,7 +7,7 @@ import typer
 # Modules, not their functions: `undertow.infra.cli.run` must stay the module (a function of the
 # same name bound here would hide it from `import undertow.infra.cli.run as ...` and from mock.patch).
 from undertow.infra.cli import algorithms, annotate, broker, config, history, load, monitor, prepare, processors
-from undertow.infra.cli import retrain, rollout, run, status, tail, topics, trainer, watch
+from undertow.infra.cli import retrain, rollout, run, serve, status, tail, topics, trainer, watch
 from undertow.infra.cli import eval as evaluation
 
 app = typer.Typer(
@@ -21,6 +21,7 @@ app.command("run")(run.run)
 app.command("status")(status.status)
 app.command("report")(status.report)
 app.add_typer(rollout.rollout_cli)  # undertow feed, undertow rollout
+app.command("serve")(serve.serve)
 app.command("process")(processors.process)
 app.command("train")(trainer.train)
 app.command("eval")(evaluation.eval_command)

@@ -27,6 +27,7 @@ NOT_ON_A_FINISHED_RUN = {
     "monitor": "runs until SIGTERM, on a config of its own (tests/infra/test_monitor.py)",
     "archive": "runs until SIGTERM; the demo archived itself (run.archive)",
     "broker": "starts or stops this machine's broker, not the run's (tests/infra/test_broker_cli.py)",
+    "serve": "serves until SIGTERM (tests/rollout/test_serve_broker.py drives its endpoint)",
     "--follow": "follows its topic until Ctrl-C",
 }
 

@@ -1,0 +1,7 @@
+"""The OpenAI-compatible endpoint: `undertow serve CONFIG` (`/v1/chat/completions`, `/v1/models`),
+recorded sessions published as experiences when the agent reports their reward."""
+
+from undertow.rollout.serve.client import Episode
+from undertow.rollout.serve.tool_calls import parse_tool_calls
+
+__all__ = ["Episode", "parse_tool_calls"]

@@ -1,0 +1,118 @@
+"""The endpoint through the real broker: an agent drives a 2-turn episode with the `openai` client,
+reports its reward, and the episode lands on <ns>.experiences.raw token-in/token-out, masked."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import threading
+import urllib.request
+
+import openai
+import pytest
+import uvicorn
+
+from undertow.kernel.models import ModelSpec
+from undertow.schemas import Experience
+from undertow.streams import RecordProducer, Topics
+from undertow.rollout.serve import Episode
+from undertow.rollout.serve.app import build_app
+from undertow.rollout.serve.endpoint import Endpoint
+from tests.helpers import load_run, read_all, start_cli, wait_for
+from tests.rollout.test_generation import trainer_logprobs
+from tests.rollout.test_worker_broker import publish_weights
+
+pytestmark = [pytest.mark.broker]
+
+
+def test_an_agent_episode_through_the_openai_client_is_published_with_its_masks(kafka, namespace, config_path):
+    # Engine seed 0: the first answer's sixth token is <bos>, which its text drops (checked below), so
+    # re-tokenizing the conversation the agent sends back would lose a token the policy generated.
+    rollout = {"engine": {"name": "transformers", "seed": 0}, "sampling": {"max_new_tokens": 6, "temperature": 1.0}}
+    config, context = load_run(config_path(rollout=rollout), kafka)
+    endpoint = Endpoint.connect(config.rollout, context, "serve-t")
+    seen = []  # what the engine was asked and gave: the test's independent record of the tokens
+    generate = endpoint.engine.generate
+    endpoint.engine.generate = lambda prompts, n, params: seen.append((prompts[0], generate(prompts, n, params))) or seen[-1][1]
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(build_app(endpoint), log_level="warning"))
+    endpoint.start()
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, timeout=30, what="server up")
+        base = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        episode = Episode(base, "ep-1", group="task-7", group_size=2, sample=1)
+        agent = openai.OpenAI(base_url=base, api_key="-", default_headers=episode.headers, max_retries=0)
+        messages = [{"role": "user", "content": "What is 2+3?"}]
+        first = agent.chat.completions.create(model="policy", messages=messages)
+        # The trainer publishes v1 between the agent's turns: the second turn is generated with it.
+        with RecordProducer(kafka) as producer:
+            publish_weights(producer, Topics(namespace), 1, seed=7)
+        wait_for(lambda: endpoint.subscriber.held == 1, what="v1 brought in")
+        messages += [{"role": "assistant", "content": first.choices[0].message.content},
+                     {"role": "user", "content": "Sure?"}]
+        second = agent.chat.completions.create(model="policy", messages=messages)
+        with pytest.raises(openai.NotFoundError) as unknown:
+            agent.chat.completions.create(model="gpt-4o", messages=messages)
+        with pytest.raises(openai.BadRequestError) as edited:
+            agent.chat.completions.create(model="policy", messages=messages[:1] + [{"role": "user", "content": "x"}])
+        assert (unknown.value.code, edited.value.code) == ("model_not_found", "session_history_mismatch")
+        answer = episode.report(reward=0.5)
+        with pytest.raises(RuntimeError, match="404"):  # published once, then closed
+            episode.report(reward=0.5)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        endpoint.close()
+
+    (prompt1, [[g1]]), (prompt2, [[g2]]) = seen  # one prompt, one sample each turn
+    assert endpoint.tokenizer(g1.text, add_special_tokens=False)["input_ids"] != g1.tokens  # the trap is set
+    assert first.choices[0].message.content == g1.text and second.choices[0].message.content == g2.text
+    [exp] = [e for e in read_all(kafka, Topics(namespace).raw, Experience) if e.group_id == "task-7"]
+    assert answer["experience_id"] == exp.experience_id == "task-7/1" and (exp.group_size, exp.sample_index) == (2, 1)
+    # The tiny template: one token per character; the new message follows the model's own tokens.
+    observation = "\nuser: Sure?\nassistant: "
+    assert prompt1 == exp.prompt_tokens and exp.prompt_text == "user: What is 2+3?\nassistant: "
+    obs = endpoint.tokenizer(observation, add_special_tokens=False)["input_ids"]
+    assert len(obs) == len(observation) == 24
+    assert exp.response_tokens == g1.tokens + obs + g2.tokens  # exactly what the engine generated
+    assert prompt2 == prompt1 + g1.tokens + obs  # and exactly what the engine saw on the second turn
+    assert exp.loss_mask == [1] * len(g1.tokens) + [0] * 24 + [1] * len(g2.tokens)
+    assert exp.behaviour_logprobs == g1.logprobs + [0.0] * 24 + g2.logprobs
+    assert exp.reward == 0.5 and exp.reward_components == {"reward": 0.5}
+    # Turn 2 came from v1: its log-probs are v1's as a trainer recomputes them. The experience
+    # counts as v0's (its oldest turn), so the trainer's staleness bound holds for every token.
+    assert exp.policy_version == 0 and exp.metadata["turn_versions"] == [0, 1] and endpoint.version == 1
+    start = len(g1.tokens) + 24
+    v1 = trainer_logprobs(ModelSpec(seed=7), [exp], 1.0)[0][start:]
+    assert max(abs(a - b) for a, b in zip(exp.behaviour_logprobs[start:], v1)) <= 1e-4
+    assert exp.metadata["worker"] == "serve-t" and exp.metadata["tokenizer"] == endpoint.fingerprint
+
+
+def test_undertow_serve_answers_until_sigterm(kafka, namespace, config_path):
+    """The entry point: `undertow serve CONFIG` answers a completion and exits 0 on SIGTERM."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = start_cli("serve", str(config_path(rollout={"sampling": {"max_new_tokens": 4}})), "--port", str(port))
+    try:
+        base = f"http://127.0.0.1:{port}/v1"
+        wait_for(lambda: _models(base), timeout=120, what="undertow serve up", proc=proc, every=0.5)
+        reply = openai.OpenAI(base_url=base, api_key="-", max_retries=0).chat.completions.create(
+            model="policy", messages=[{"role": "user", "content": "1+1?"}], max_tokens=3)
+        assert reply.usage.completion_tokens <= 3 and reply.choices[0].message.role == "assistant"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0, out[-3000:]
+
+
+def _models(base: str) -> list | None:
+    try:
+        with urllib.request.urlopen(base + "/models", timeout=2) as response:
+            return json.loads(response.read())["data"]
+    except OSError:
+        return None
