@@ -2,6 +2,6 @@
 recorded sessions published as experiences when the agent reports their reward."""
 
 from undertow.rollout.serve.client import Episode
-from undertow.rollout.serve.tool_calls import parse_tool_calls
+from undertow.rollout.serve.tool_calls import split_tool_calls
 
-__all__ = ["Episode", "parse_tool_calls"]
+__all__ = ["Episode", "split_tool_calls"]

@@ -27,7 +27,7 @@ from undertow.rollout.experiences import experience_id, to_experiences
 from undertow.rollout.rewards.registry import total
 from undertow.rollout.serve.protocol import ApiError, ChatRequest, completion, invalid
 from undertow.rollout.serve.sessions import Generated, Session, SessionMismatch, render, tokenize
-from undertow.rollout.serve.tool_calls import ParsedOutput, parse_tool_calls
+from undertow.rollout.serve.tool_calls import ParsedOutput, split_tool_calls
 from undertow.rollout.weight_subscriber import WeightSubscriber
 
 log = logging.getLogger(__name__)
@@ -220,7 +220,7 @@ class Endpoint:
 
     def _response(self, request: ChatRequest, prompt: list[int], samples: list[Sample]) -> dict[str, Any]:
         tools = request.rendered_tools() is not None  # none offered: the text is the answer, tags and all
-        choices = [(parse_tool_calls(s.text) if tools else ParsedOutput(s.text, []), s.finish_reason) for s in samples]
+        choices = [(split_tool_calls(s.text) if tools else ParsedOutput(s.text, []), s.finish_reason) for s in samples]
         return completion(self.model_name, choices, len(prompt), sum(len(s.tokens) for s in samples))
 
     def _swap_weights(self) -> None:

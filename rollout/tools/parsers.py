@@ -52,8 +52,16 @@ def parse_tool_calls(text: str) -> ParsedCalls:
         except json.JSONDecodeError as e:
             found.errors.append(f"tool call is not valid JSON ({e.msg} at char {e.pos})")
             continue
-        _add(found, data.get("name") if isinstance(data, dict) else None,
-             data.get("arguments", {}) if isinstance(data, dict) else None)
+        if not isinstance(data, dict):
+            _add(found, None, None)
+            continue
+        arguments = data.get("arguments", data.get("parameters", {}))
+        if isinstance(arguments, str):  # some models write the arguments as a JSON string
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError:
+                arguments = None
+        _add(found, data.get("name"), arguments)
     return found
 
 

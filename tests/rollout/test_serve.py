@@ -17,7 +17,7 @@ from undertow.rollout.serve.app import build_app
 from undertow.rollout.serve.endpoint import Endpoint
 from undertow.rollout.serve.protocol import completion
 from undertow.rollout.serve.sessions import Generated, Session, SessionMismatch, render
-from undertow.rollout.serve.tool_calls import parse_tool_calls
+from undertow.rollout.serve.tool_calls import split_tool_calls
 
 # A chat template that renders tools (the tiny model's does not): the tool names on a first line.
 TOOLS_TEMPLATE = ("{% if tools %}tools: {% for t in tools %}{{ t['function']['name'] }} {% endfor %}{{ '\\n' }}{% endif %}"
@@ -37,20 +37,20 @@ def ids(tok, text: str) -> list[int]:
 
 # -- tool calls ----------------------------------------------------------------------------------
 
-def test_parse_tool_calls_takes_out_well_formed_calls_only():
+def test_split_tool_calls_takes_out_well_formed_calls_only():
     text = ('Adding.<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
             '<tool_call>{"name": "mul", "arguments": "{\\"a\\": 3}"}</tool_call>'
             '<tool_call>{"name": add}</tool_call>')
-    parsed = parse_tool_calls(text)
+    parsed = split_tool_calls(text)
     assert [(c.name, c.arguments) for c in parsed.calls] == [("add", {"a": 1, "b": 2}), ("mul", {"a": 3})]
     assert parsed.content == 'Adding.<tool_call>{"name": add}</tool_call>'  # the malformed block stays
-    assert parse_tool_calls("no calls here").content == "no calls here" and not parse_tool_calls("x").calls
-    only = parse_tool_calls('<tool_call>{"name": "f", "arguments": {}}</tool_call>')
+    assert split_tool_calls("no calls here").content == "no calls here" and not split_tool_calls("x").calls
+    only = split_tool_calls('<tool_call>{"name": "f", "arguments": {}}</tool_call>')
     assert only.content is None and only.calls[0].name == "f"
 
 
 def test_completion_gives_tool_calls_in_openais_format():
-    parsed = parse_tool_calls('<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>')
+    parsed = split_tool_calls('<tool_call>{"name": "add", "arguments": {"a": 1}}</tool_call>')
     body = completion("policy", [(parsed, "stop")], prompt_tokens=5, completion_tokens=3)
     choice = body["choices"][0]
     call = choice["message"]["tool_calls"][0]
