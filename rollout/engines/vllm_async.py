@@ -305,5 +305,14 @@ class AsyncVLLMEngine:
     def close(self) -> None:
         """Stop the engine core process and the loop thread."""
         self.llm.shutdown()
+
+        async def cancel_the_rest():  # the engine's output tasks, so the loop stops without warnings
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        self._call(cancel_the_rest())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
+        self.loop.close()
