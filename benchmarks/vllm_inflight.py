@@ -1,7 +1,7 @@
 """Continuous batching with in-flight weight swaps against batch-at-a-time with swaps between batches.
 
     ~/.cache/undertow/vllm-venv/bin/python benchmarks/vllm_inflight.py [--model smollm2|tiny]
-        [--prompts 32] [--n 4] [--new-tokens 64] [--inflight 8] [--swap-every 4]
+        [--prompts 32] [--n 4] [--new-tokens 64] [--inflight 8] [--swap-every 8]
 
 Both runs generate the same groups (n samples per prompt, temperature 1, EOS ends a sample early):
 - continuous: engine `vllm_async`, up to `--inflight` groups in the engine, a new one submitted the
@@ -125,7 +125,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--inflight", type=int, default=8, help="groups in the engine (continuous) = prompts "
                                                                 "per batch (batch)")
-    parser.add_argument("--swap-every", type=float, default=4.0, help="seconds between weight swaps")
+    parser.add_argument("--swap-every", type=float, default=8.0, help="seconds between weight swaps")
     args = parser.parse_args()
     import tempfile
 
