@@ -352,3 +352,28 @@ def test_a_sequence_spans_a_swap_with_each_tokens_logprob_from_its_own_weights(
                if v == 7) > 0.1
     print(f"pause per swap ({load}): {1000 * async_engine.swap_pauses[-2]:.1f} ms; "
           f"{len(spanning)}/6 samples spanned it")
+
+
+def test_drain_lets_the_in_flight_samples_finish_on_the_old_weights(async_engine, spec, original, tmp_path):
+    from tests.vllm.tiny_llama import save_tiny_llama
+
+    other = {"source": "hf", "path": str(save_tiny_llama(tmp_path / "other", seed=4))}
+    prompt = prompts_of(async_engine, "Tell me a long story")[0]
+    before = async_engine.tokens_generated
+    async_engine.policy = "drain"  # the in_flight_updates option, switched on the module's engine
+    try:
+        future = async_engine.submit(prompt, 6, SamplingParams(max_new_tokens=400))
+        wait_for(lambda: async_engine.tokens_generated - before >= 30, what="a few tokens each", every=0.01)
+        swapper = threading.Thread(target=lambda: async_engine.load_weights(
+            weights_to_bytes(build_model(ModelSpec(**other))), version=9))
+        swapper.start()
+        samples = future.result(timeout=120)
+        swapper.join(timeout=60)
+        after = async_engine.generate([prompt], 1, SamplingParams(max_new_tokens=4))[0][0]
+    finally:
+        async_engine.policy = "resubmit"
+        async_engine.load_weights(original, version=0)
+    assert all(s.versions == [0] * len(s.tokens) for s in samples)  # nothing of version 9 in them
+    assert max(len(s.tokens) for s in samples) > 30 and after.versions == [9] * len(after.tokens)
+    rows = [(prompt, s.tokens) for s in samples]
+    assert worst_gap([samples], [prompt], lambda _: trainer_logprobs(fields(spec), 1.0, rows)) <= TOLERANCE
