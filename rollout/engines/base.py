@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Mapping, Protocol
 
@@ -32,13 +32,16 @@ class Sample:
 
     `logprobs[i]` (empty when the sampling asked for none) is log p(tokens[i]) under softmax(logits / temperature) of the full vocabulary, as
     `schemas.logprobs` defines it (top-p shapes what is sampled, not this number), so the trainer
-    recomputes the same value from the same weights.
+    recomputes the same value from the same weights. `versions[i]` is the policy version of the
+    weights that sampled tokens[i] (the engine's `version` then); empty from an engine that does not
+    say, meaning every token is of the version the caller loaded last.
     """
 
     tokens: list[int]
     text: str
     logprobs: list[float]
     finish_reason: Literal["stop", "length"]
+    versions: list[int] = field(default_factory=list)
 
 
 class Engine(Protocol):

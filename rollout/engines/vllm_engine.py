@@ -33,6 +33,26 @@ def refuse_warped_sampling(params: SamplingParams) -> None:
                          f"log-probs are renormalised over the nucleus, the trainer's over the whole vocabulary")
 
 
+def continuation_logprobs(positions: list, ids: list[int], start: int, temperature: float,
+                          vocab: int) -> list[float]:
+    """ids[start:]'s log-probs from vLLM's prompt log-probs of `ids`: at temperature 1 the token's own,
+    otherwise the whole vocabulary's (asked with prompt_logprobs=-1) renormalised at `temperature`
+    (log_softmax is shift-invariant)."""
+    import torch
+
+    result = []
+    for i in range(start, len(ids)):
+        position = positions[i]
+        if temperature == 1.0:
+            result.append(position[ids[i]].logprob)
+            continue
+        raw = torch.full((vocab,), float("-inf"), dtype=torch.float64)
+        for token, lp in position.items():
+            raw[token] = lp.logprob
+        result.append(torch.log_softmax(raw / temperature, 0)[ids[i]].item())
+    return result
+
+
 @engines.register("vllm")
 class VLLMEngine:
     """vLLM on the spec's HF directory (or the cached GGUF conversion), weights swapped in place."""
@@ -108,7 +128,6 @@ class VLLMEngine:
     def logprobs(self, prompt: list[int], continuation: list[int], temperature: float) -> list[float]:
         """vLLM's prompt log-probs ignore temperature: at 1 they are the answer; otherwise take the
         whole vocabulary's and renormalise at `temperature` (log_softmax is shift-invariant)."""
-        import torch
         from vllm import SamplingParams as VSampling
 
         ids = prompt + continuation
@@ -116,17 +135,7 @@ class VLLMEngine:
         out = self.llm.generate([{"prompt_token_ids": ids}], VSampling(max_tokens=1, prompt_logprobs=-1 if full else 0,
                                                                         detokenize=False), use_tqdm=False,
                                 lora_request=self._adapter())[0]
-        result = []
-        for i in range(len(prompt), len(ids)):
-            position = out.prompt_logprobs[i]
-            if not full:
-                result.append(position[ids[i]].logprob)
-                continue
-            raw = torch.full((len(self.tokenizer),), float("-inf"), dtype=torch.float64)
-            for token, lp in position.items():
-                raw[token] = lp.logprob
-            result.append(torch.log_softmax(raw / temperature, 0)[ids[i]].item())
-        return result
+        return continuation_logprobs(out.prompt_logprobs, ids, len(prompt), temperature, len(self.tokenizer))
 
     def load_weights(self, blob: bytes) -> None:
         """Whole weights (the HF state dict, as safetensors) into the running engine, or a LoRA

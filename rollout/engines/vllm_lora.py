@@ -25,6 +25,15 @@ class LoraSlot:
         self._ids = 0
 
     def load(self, llm: Any, blob: bytes) -> None:
+        request, folder = self.prepare(blob)
+        if not llm.llm_engine.add_lora(request):  # load now: a bad adapter fails here, not mid-generation
+            folder.cleanup()
+            raise ValueError("adapter: vLLM did not load it")
+        self.clear(llm)
+        self.request, self._folder = request, folder
+
+    def prepare(self, blob: bytes) -> tuple[Any, tempfile.TemporaryDirectory]:
+        """The adapter written out as a peft directory, and the request that names it (not yet loaded)."""
         from vllm.lora.request import LoRARequest
 
         shape = adapter_shape(blob)
@@ -38,11 +47,16 @@ class LoraSlot:
             "target_modules": list(shape.targets or []), "bias": "none", "fan_in_fan_out": False,
             "use_rslora": False, "use_dora": False, "modules_to_save": None}))
         self._ids += 1
-        request = LoRARequest(f"undertow-{self._ids}", self._ids, folder.name)
-        if not llm.llm_engine.add_lora(request):  # load now: a bad adapter fails here, not mid-generation
-            raise ValueError("adapter: vLLM did not load it")
-        self.clear(llm)
+        return LoRARequest(f"undertow-{self._ids}", self._ids, folder.name), folder
+
+    def replace(self, request: Any, folder: tempfile.TemporaryDirectory | None) -> int | None:
+        """Make `request` (loaded into the engine by the caller, or None) the current adapter; returns
+        the id of the one it replaces, for the caller to remove from the engine."""
+        old = self.request.lora_int_id if self.request is not None else None
+        if self._folder is not None:
+            self._folder.cleanup()
         self.request, self._folder = request, folder
+        return old
 
     def clear(self, llm: Any) -> None:
         """Back to the base weights (a whole-weights update replaces base and adapter alike)."""

@@ -269,3 +269,111 @@ def test_a_worker_generates_with_vllm_into_the_broker_and_swaps_from_the_topic(
     assert all(abs(lp - uniform) < 1e-5 for e in second + third for lp in e.behaviour_logprobs)  # v1 generated them
     refused = [r for r in read_all(kafka, topics.rejected, Rejected) if r.stage == "weights"]
     assert len(refused) == 1 and refused[0].reason == "checksum"
+
+
+# ---- vllm_async: continuous batching and in-flight weight updates (rollout/engines/vllm_async.py) ----
+
+@pytest.fixture(scope="module")
+def async_engine(spec):
+    started = time.monotonic()
+    engine = build_engine({"name": "vllm_async", "max_model_len": 512, "seed": 0, "max_inflight": 64}, spec)
+    print(f"vLLM async engine start-up: {time.monotonic() - started:.1f} s")
+    yield engine
+    engine.close()
+
+
+def test_the_async_engines_greedy_answers_are_the_batch_engines(engine, async_engine):
+    prompts = prompts_of(engine, "What is 2+3?", "Add 1 and 4, then say it twice please", "hi")
+    params = SamplingParams(greedy=True, max_new_tokens=24)
+    want, got = engine.generate(prompts, 2, params), async_engine.generate(prompts, 2, params)
+    assert [[s.tokens for s in g] for g in got] == [[s.tokens for s in g] for g in want]
+    assert max(abs(a - b) for gg, wg in zip(got, want) for g, w in zip(gg, wg)
+               for a, b in zip(g.logprobs, w.logprobs)) <= TOLERANCE
+    assert all(s.versions == [0] * len(s.tokens) for g in got for s in g)
+
+
+def test_groups_come_back_as_they_finish_and_none_is_lost(async_engine):
+    """One long group submitted first, ten short ones after it: the short ones come back first."""
+    from concurrent.futures import as_completed
+
+    prompt = prompts_of(async_engine, "Count to a hundred")[0]
+    # EOS comes ~1 in 100 tokens with these weights: all 8 long samples ending within 30 is p ~ 1e-5.
+    futures = {async_engine.submit(prompt, 8, SamplingParams(max_new_tokens=300)): "long"}
+    futures.update({async_engine.submit(prompt, 2, SamplingParams(max_new_tokens=3)): i for i in range(10)})
+    order = [futures[f] for f in as_completed(futures, timeout=120)]
+    assert sorted(order, key=str) == sorted(futures.values(), key=str)  # every group, once
+    assert order[-1] == "long"  # submitted first, finished last
+    groups = {futures[f]: f.result() for f in futures}
+    assert all(len(groups[i]) == 2 and all(len(s.tokens) <= 3 for s in groups[i]) for i in range(10))
+    assert len(groups["long"]) == 8 and max(len(s.tokens) for s in groups["long"]) > 30
+
+
+@pytest.mark.parametrize("load", ["blob", "files"])
+def test_a_sequence_spans_a_swap_with_each_tokens_logprob_from_its_own_weights(
+        async_engine, spec, original, tmp_path, load):
+    """Swapped from another thread mid-generation: the in-flight samples carry tokens of both versions,
+    and each token's behaviour log-prob is the trainer's under the weights of its version."""
+    from safetensors.torch import load as load_tensors
+
+    from undertow.kernel.models.weights import to_buckets
+    from tests.vllm.tiny_llama import save_tiny_llama
+
+    other = {"source": "hf", "path": str(save_tiny_llama(tmp_path / "other", seed=3))}
+    blob = weights_to_bytes(build_model(ModelSpec(**other)))
+    prompt = prompts_of(async_engine, "Tell me a long story")[0]
+    before = async_engine.tokens_generated
+    future = async_engine.submit(prompt, 6, SamplingParams(max_new_tokens=400))
+    wait_for(lambda: async_engine.tokens_generated - before >= 30, what="a few tokens each", every=0.01)
+    if load == "blob":
+        swapper = threading.Thread(target=lambda: async_engine.load_weights(blob, version=7))
+    else:
+        paths = []
+        for i, bucket in enumerate(to_buckets(load_tensors(blob), 64 << 10)):
+            paths.append(tmp_path / f"bucket-{i}.safetensors")
+            paths[-1].write_bytes(bucket)
+        swapper = threading.Thread(target=lambda: async_engine.load_weight_files(paths, version=7))
+    swapper.start()
+    swapper.join(timeout=60)
+    try:
+        samples = future.result(timeout=120)
+    finally:
+        async_engine.load_weights(original, version=0)
+    spanning = [s for s in samples if 0 in s.versions and 7 in s.versions]
+    assert spanning, [len(s.tokens) for s in samples]
+    for s in samples:  # versions run 0...0 7...7, one per token
+        assert len(s.versions) == len(s.tokens) == len(s.logprobs) and s.versions == sorted(s.versions)
+    rows = [(prompt, s.tokens) for s in samples]
+    old, new = trainer_logprobs(fields(spec), 1.0, rows), trainer_logprobs(other, 1.0, rows)
+    for s, lp_old, lp_new in zip(samples, old, new):
+        expected = [a if v == 0 else b for v, a, b in zip(s.versions, lp_old, lp_new)]
+        assert max(abs(a - b) for a, b in zip(s.logprobs, expected)) <= TOLERANCE
+    # The other weights' numbers are not the first's: a token labelled with the wrong version would fail.
+    assert max(abs(a - b) for s, lp in zip(spanning, old) for a, b, v in zip(s.logprobs, lp, s.versions)
+               if v == 7) > 0.1
+    print(f"pause per swap ({load}): {1000 * async_engine.swap_pauses[-2]:.1f} ms; "
+          f"{len(spanning)}/6 samples spanned it")
+
+
+def test_drain_lets_the_in_flight_samples_finish_on_the_old_weights(async_engine, spec, original, tmp_path):
+    from tests.vllm.tiny_llama import save_tiny_llama
+
+    other = {"source": "hf", "path": str(save_tiny_llama(tmp_path / "other", seed=4))}
+    prompt = prompts_of(async_engine, "Tell me a long story")[0]
+    before = async_engine.tokens_generated
+    async_engine.policy = "drain"  # the in_flight_updates option, switched on the module's engine
+    try:
+        future = async_engine.submit(prompt, 6, SamplingParams(max_new_tokens=400))
+        wait_for(lambda: async_engine.tokens_generated - before >= 30, what="a few tokens each", every=0.01)
+        swapper = threading.Thread(target=lambda: async_engine.load_weights(
+            weights_to_bytes(build_model(ModelSpec(**other))), version=9))
+        swapper.start()
+        samples = future.result(timeout=120)
+        swapper.join(timeout=60)
+        after = async_engine.generate([prompt], 1, SamplingParams(max_new_tokens=4))[0][0]
+    finally:
+        async_engine.policy = "resubmit"
+        async_engine.load_weights(original, version=0)
+    assert all(s.versions == [0] * len(s.tokens) for s in samples)  # nothing of version 9 in them
+    assert max(len(s.tokens) for s in samples) > 30 and after.versions == [9] * len(after.tokens)
+    rows = [(prompt, s.tokens) for s in samples]
+    assert worst_gap([samples], [prompt], lambda _: trainer_logprobs(fields(spec), 1.0, rows)) <= TOLERANCE

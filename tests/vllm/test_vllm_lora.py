@@ -24,10 +24,14 @@ def spec(llama_dir) -> ModelSpec:
     return ModelSpec(source="hf", path=str(llama_dir))
 
 
-@pytest.fixture(scope="module")
-def engine(spec):
-    engine = build_engine({"name": "vllm", "max_model_len": 128, "max_lora_rank": 8}, spec)
+@pytest.fixture(scope="module", params=["vllm", "vllm_async"])
+def engine(spec, request):
+    """Both vLLM engines: `vllm_async` applies adapters through its pause-load-resume swap."""
+    engine = build_engine({"name": request.param, "max_model_len": 128, "max_lora_rank": 8}, spec)
     yield engine
+    if request.param == "vllm_async":
+        engine.close()
+        return
     del engine.llm
     gc.collect()
 
