@@ -364,8 +364,10 @@ def test_drain_lets_the_in_flight_samples_finish_on_the_old_weights(async_engine
     try:
         future = async_engine.submit(prompt, 6, SamplingParams(max_new_tokens=400))
         wait_for(lambda: async_engine.tokens_generated - before >= 30, what="a few tokens each", every=0.01)
-        swapper = threading.Thread(target=lambda: async_engine.load_weights(
-            weights_to_bytes(build_model(ModelSpec(**other))), version=9))
+        blob = weights_to_bytes(build_model(ModelSpec(**other)))
+        done_at_swap = []  # drain: the load returns only once the group in flight has finished
+        swapper = threading.Thread(target=lambda: (async_engine.load_weights(blob, version=9),
+                                                   done_at_swap.append(future.done())))
         swapper.start()
         samples = future.result(timeout=120)
         swapper.join(timeout=60)
@@ -374,6 +376,7 @@ def test_drain_lets_the_in_flight_samples_finish_on_the_old_weights(async_engine
         async_engine.policy = "resubmit"
         async_engine.load_weights(original, version=0)
     assert all(s.versions == [0] * len(s.tokens) for s in samples)  # nothing of version 9 in them
-    assert max(len(s.tokens) for s in samples) > 30 and after.versions == [9] * len(after.tokens)
+    # (How long the answers run is the random model's: an early EOS may end them all before the swap.)
+    assert done_at_swap == [True] and after.versions == [9] * len(after.tokens)
     rows = [(prompt, s.tokens) for s in samples]
     assert worst_gap([samples], [prompt], lambda _: trainer_logprobs(fields(spec), 1.0, rows)) <= TOLERANCE
