@@ -181,7 +181,7 @@ def load_checkpoint(engine: Any, root: Path, critic: Any = None, *, leader: bool
         state = None
         if reason is None:
             try:
-                state = _restore(engine, root, tag, critic)
+                state = restore(engine, root, tag, critic)
             except Exception as e:  # torch.load of a damaged file, a trainer state that does not validate
                 reason = f"it does not load ({type(e).__name__}: {str(e)[:300]})"
         if state is not None:
@@ -195,7 +195,8 @@ def load_checkpoint(engine: Any, root: Path, critic: Any = None, *, leader: bool
                        + " (move the directory away to start afresh)")
 
 
-def _restore(engine: Any, root: Path, tag: str, critic: Any) -> TrainerState:
+def restore(engine: Any, root: Path, tag: str, critic: Any) -> TrainerState:
+    """The checkpoint `tag` into `engine` (and `critic`), as it is: verifying it is the caller's."""
     state = TrainerState.model_validate_json((root / tag / STATE).read_text())
     loaded, _ = engine.load_checkpoint(str(root), tag=tag, load_optimizer_states=True,
                                        load_lr_scheduler_states=True)

@@ -22,13 +22,12 @@ from undertow.streams import KafkaSettings, Topics
 from undertow.streams.consumer import read_to_end
 from undertow.schemas import DecodeError, decode
 
-from .checkpoint import Ledger, TrainerState
+from .checkpoint import UNFINISHED, Ledger, restore, verify_checkpoint
 from .config import EngineConfig, TrainerConfig
-from .critic import build_critic
-from .engine import build_reference, build_training_engine, export_pretrained, setup_process
+from .engine import export_pretrained
 from .groups import record_id
-from .objectives import objectives
-from .objectives.chord import ChordObjective, as_expert
+from .objectives.chord import as_expert
+from .runner import build_parts
 from .step import StepShape, train_step
 
 
@@ -129,15 +128,11 @@ def records_from_archive(root: str, namespace: str, wanted: set[str], record_typ
 def retrain(cfg: TrainerConfig, spec: ModelSpec, root: Path, ledger: Mapping[int, list[str]],
             records: Mapping[str, Any], start: int, end: int, out: Path) -> Retrained:
     """Steps start+1..end again from `root`'s checkpoint of `start`; the result's weights go to `out/hf`."""
-    process = setup_process(cfg.engine.master_port)
-    objective = objectives.get(cfg.algorithm.objective)(cfg.algorithm)
-    if cfg.mixing is not None:
-        objective = ChordObjective(objective, cfg.mixing, cfg.algorithm.temperature)
-    engine = build_training_engine(spec, cfg.engine, process, gradient_checkpointing=cfg.gradient_checkpointing,
-                                   lora=cfg.lora)
-    ref_model = build_reference(spec, process, engine) if objective.needs_reference else None
-    critic = build_critic(spec, cfg, process)
-    _restore(engine, critic.model if critic else None, root, start)
+    for step in (start, end):  # one saved before checksums existed is taken as it is
+        if (problem := verify_checkpoint(root / tag(step))) not in (None, UNFINISHED):
+            raise ValueError(f"checkpoint {root / tag(step)} is damaged: {problem}")
+    process, objective, engine, ref_model, critic = build_parts(cfg, spec)
+    restore(engine, root, tag(start), critic.model if critic else None)
     _take_settings(engine, cfg.engine)
     shape = StepShape(cfg.micro_batch_tokens, cfg.mini_batches, cfg.ppo_epochs, cfg.batching.pad_to_multiple)
     pad_id = build_tokenizer(spec).pad_token_id
@@ -161,14 +156,3 @@ def _take_settings(engine: Any, cfg: EngineConfig) -> None:
     for group, shape in zip(scheduler.optimizer.param_groups, scheduler.lr_lambdas):
         group.update(initial_lr=cfg.lr, lr=cfg.lr * shape(scheduler.last_epoch), betas=tuple(cfg.betas),
                      weight_decay=cfg.weight_decay)
-
-
-def _restore(engine: Any, critic: Any, root: Path, step: int) -> TrainerState:
-    loaded, _ = engine.load_checkpoint(str(root), tag=tag(step), load_optimizer_states=True,
-                                       load_lr_scheduler_states=True)
-    if loaded is None:
-        raise RuntimeError(f"checkpoint {root / tag(step)}: DeepSpeed could not load it")
-    if critic is not None:
-        critic.load_checkpoint(str(root / tag(step)), tag="critic", load_optimizer_states=True,
-                               load_lr_scheduler_states=True)
-    return TrainerState.model_validate_json((root / tag(step) / "trainer_state.json").read_text())

@@ -177,12 +177,9 @@ class Leader:
         self.producer.close()
 
 
-def run(cfg: TrainerConfig, context: RunContext, budget: Budget, stop: StopFlag | None = None) -> TrainerState:
-    """Train the `trainer:` section `cfg` in `context` until a signal or the budget; returns the final
-    state (on every rank)."""
-    spec, kafka, topics = context.model, context.kafka, context.topics
-    stop = stop or StopFlag()
-    stop.install()
+def build_parts(cfg: TrainerConfig, spec: ModelSpec) -> tuple[Process, Objective, Any, Any, Any]:
+    """What trains: this rank's process, the objective, the DeepSpeed engine, the reference model
+    (None unless the objective needs one) and PPO's critic (None: critic-free)."""
     process = setup_process(cfg.engine.master_port)
     objective = objectives.get(cfg.algorithm.objective)(cfg.algorithm)
     if cfg.mixing is not None:
@@ -190,7 +187,16 @@ def run(cfg: TrainerConfig, context: RunContext, budget: Budget, stop: StopFlag 
     engine = build_training_engine(spec, cfg.engine, process, gradient_checkpointing=cfg.gradient_checkpointing,
                                    lora=cfg.lora)
     ref_model = build_reference(spec, process, engine) if objective.needs_reference else None
-    critic = build_critic(spec, cfg, process)  # PPO's value model, an engine of its own (None: critic-free)
+    return process, objective, engine, ref_model, build_critic(spec, cfg, process)
+
+
+def run(cfg: TrainerConfig, context: RunContext, budget: Budget, stop: StopFlag | None = None) -> TrainerState:
+    """Train the `trainer:` section `cfg` in `context` until a signal or the budget; returns the final
+    state (on every rank)."""
+    spec, kafka, topics = context.model, context.kafka, context.topics
+    stop = stop or StopFlag()
+    stop.install()
+    process, objective, engine, ref_model, critic = build_parts(cfg, spec)
     root = Path(cfg.checkpoint_dir).expanduser() / topics.owner
     root.mkdir(parents=True, exist_ok=True)
     state = load_checkpoint(engine, root, critic.model if critic else None,
