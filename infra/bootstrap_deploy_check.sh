@@ -7,7 +7,7 @@ set -euo pipefail
 out=${1:-$HOME/.cache/undertow/deploy-check}
 pip=${PIP:-$HOME/.cache/undertow/venv/bin/pip}
 k8s=v1.33.0-local-strict
-command -v go >/dev/null || { echo "bootstrap_deploy_check: no go; infra/deploy is not validated" >&2; exit 0; }
+command -v go >/dev/null || { echo "bootstrap_deploy_check: needs go (the Go toolchain) to install kubeconform" >&2; exit 1; }
 mkdir -p "$out/bin" "$out/crds" "$out/kubernetes-json-schema"
 export GOFLAGS=-mod=mod GOTOOLCHAIN=local
 if [ ! -x "$out/bin/kubeconform" ]; then
