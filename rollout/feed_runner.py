@@ -106,8 +106,10 @@ class Feeder:
     def _send_pass_rates(self, force: bool = False) -> None:
         """Each taskset's pass rate so far on the metrics topic (the report's curriculum panel), every
         METRICS_EVERY_S while reports come in, and once at the end."""
+        if not force and time.monotonic() < self._metrics_due:  # checked per task: the sum over items waits
+            return
         rates = self.sampler.pass_rates()
-        if not rates or not (force or time.monotonic() >= self._metrics_due):
+        if not rates:
             return
         self._metrics_due = time.monotonic() + METRICS_EVERY_S
         self.producer.send(self.topics.metrics, MetricEvent(
