@@ -105,10 +105,11 @@ def records_by_id(kafka: KafkaSettings, topics: Topics, wanted: set[str], record
 
 def records_from_archive(root: str, namespace: str, wanted: set[str], record_type: type) -> dict[str, Any]:
     """The wanted records from the run's archive (its experiences.ready as Parquet): no broker needed."""
-    from undertow.streams.history import History
+    from undertow.streams.history import VIEWS, History
     from undertow.streams.replay import Selection, select
 
-    view = "pairs" if record_type.__name__ == "PreferencePair" else "experiences"
+    view = next(name for name, v in VIEWS.items()  # the ready topic's view of the objective's record kind
+                if v.kind == record_type.kind and v.suffix == "experiences.ready")
     history = History.from_archive(root, [namespace])
     try:
         found = {}
