@@ -102,12 +102,19 @@ def replay(history: History, selection: Selection, shape: str | dict[str, Any], 
     records = select(history, selection)
     out = component(records)
     bar.total(len(out))
-    futures = [producer.send(topic, r, key=replay_key(r)) for r in out]
+    send_acknowledged(producer, [(topic, r) for r in out], bar)
+    return ReplayResult(len(records), len(out), topic, time.monotonic() - started)
+
+
+def send_acknowledged(producer: RecordProducer, routed: list[tuple[str, Record]], bar: Bar | None = None) -> None:
+    """Send each (topic, record) under the live topics' key; returns once the broker acknowledged every
+    one (raises if it refused one: a count printed afterwards is what arrived)."""
+    futures = [producer.send(topic, r, key=replay_key(r)) for topic, r in routed]
     producer.flush()
     for f in futures:
-        f.get(timeout=60)  # raises if the broker refused one: the count printed is what arrived
-        bar.advance()
-    return ReplayResult(len(records), len(out), topic, time.monotonic() - started)
+        f.get(timeout=60)
+        if bar is not None:
+            bar.advance()
 
 
 def replay_key(record: Record) -> str:

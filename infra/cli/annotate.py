@@ -126,7 +126,7 @@ def _write(records, out: Path) -> None:
 def _send(records, to: str, into: str, config, bootstrap) -> None:
     from undertow.schemas import Experience
     from undertow.streams import RecordProducer, Topics, create_topics
-    from undertow.streams.replay import replay_key, unprocessed
+    from undertow.streams.replay import send_acknowledged, unprocessed
 
     kafka, _ = cluster(config, bootstrap, None)
     topics = Topics(to)
@@ -137,7 +137,4 @@ def _send(records, to: str, into: str, config, bootstrap) -> None:
     routed = [(getattr(topics, into), r) for r in experiences] + \
              [(topics.ready, r) for r in records if not isinstance(r, Experience)]
     with RecordProducer(kafka) as producer:
-        futures = [producer.send(topic, r, key=replay_key(r)) for topic, r in routed]
-        producer.flush()
-        for f in futures:
-            f.get(timeout=60)  # raises if the broker refused one
+        send_acknowledged(producer, routed)
