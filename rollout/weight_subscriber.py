@@ -80,6 +80,20 @@ class WeightSubscriber(threading.Thread):
             ready, self._ready = self._ready, None
             return ready
 
+    def swap_in(self, engine: object, held: int | None) -> tuple[int, float] | None:
+        """Between generations: the newest verified version into `engine` unless it is the version
+        `held` already; (version, seconds generation paused), or None: nothing new, the same version,
+        or refused (the rejected topic says why, the engine keeps its weights)."""
+        self.check()
+        ready = self.take()
+        if ready is None:
+            return None
+        if ready.version == held:
+            ready.discard()
+            return None
+        paused = self.load(ready, engine)
+        return None if paused is None else (ready.version, paused)
+
     def load(self, ready: Ready, engine: object) -> float | None:
         """Load `ready` into `engine` (the caller's thread, between generations): the seconds it took,
         or None when the engine refused it (names or shapes not the model's; its weights unchanged):

@@ -103,21 +103,16 @@ class RolloutWorker:
 
     def _swap_weights(self) -> None:
         """Between generations: load the newest verified version, if one arrived."""
-        self.subscriber.check()
         self.admission.trainer_announced(self.subscriber.latest_announced)
-        ready = self.subscriber.take()
-        if ready is None or ready.version == self.admission.held:
-            if ready is not None:
-                ready.discard()
+        swapped = self.subscriber.swap_in(self.engine, self.admission.held)  # generation waits for this alone
+        if swapped is None:
             return
-        paused = self.subscriber.load(ready, self.engine)  # generation waits for this alone
-        if paused is None:
-            return  # refused: the engine keeps its weights, and the rejected topic says why
-        self.admission.weights_loaded(ready.version)
+        version, paused = swapped
+        self.admission.weights_loaded(version)
         self.stats.weight_swaps += 1
-        self.producer.send(self.topics.metrics, MetricEvent(component=self.name, step=ready.version,
+        self.producer.send(self.topics.metrics, MetricEvent(component=self.name, step=version,
                                                             values={"weight_swap_s": paused}), key=self.name)
-        log.info("%s: now generating with %s v%d (swap %.3f s)", self.name, self.model_name, ready.version, paused)
+        log.info("%s: now generating with %s v%d (swap %.3f s)", self.name, self.model_name, version, paused)
 
     def _admitted(self, stop: threading.Event) -> bool:
         """Load the newest weights and wait while admission says so; False when stopped first."""

@@ -227,21 +227,14 @@ class Endpoint:
         """Between generations (the engine lock held): the newest verified version, if one arrived."""
         if self.subscriber is None:
             return
-        self.subscriber.check()
-        ready = self.subscriber.take()
-        if ready is None:
+        swapped = self.subscriber.swap_in(self.engine, self.version)
+        if swapped is None:
             return
-        if ready.version == self.version:
-            ready.discard()
-            return
-        paused = self.subscriber.load(ready, self.engine)
-        if paused is None:
-            return  # refused: the rejected topic says why; the engine keeps its weights
-        self.version = ready.version
+        self.version, paused = swapped
         self.weight_swaps += 1
-        self.producer.send(self.topics.metrics, MetricEvent(component=self.name, step=ready.version,
+        self.producer.send(self.topics.metrics, MetricEvent(component=self.name, step=self.version,
                                                             values={"weight_swap_s": paused}), key=self.name)
-        log.info("%s: now serving %s v%d (swap %.3f s)", self.name, self.model_name, ready.version, paused)
+        log.info("%s: now serving %s v%d (swap %.3f s)", self.name, self.model_name, self.version, paused)
 
     # -- sessions and publishing ---------------------------------------------------------------
 
