@@ -4,6 +4,7 @@ component, and the run's own settings. `undertow run` and every component comman
 from __future__ import annotations
 
 import copy
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from undertow.kernel.config_io import ConfigError, deep_merge, load_yaml, validation_message
 from undertow.infra.algorithms import expand, presets
 from undertow.infra.run.rules import problems
+from undertow.infra.run.supervisor import ROLES, cpu_list
 from undertow.kernel.registry import RegistryError, checked_entry
 from undertow.infra.monitor import MonitorConfig
 from undertow.processors.config import ProcessorsConfig
@@ -94,6 +96,21 @@ class RunSection(BaseModel):
                                     description="restart policy; an int N is short for {max: N} (older configs)")
     idle_timeout_s: float | None = Field(None, gt=0, description="finite tasksets: once all are published, end the "
                                                                   "stage when the trainer has not stepped this long")
+    cpus: dict[str, str] = Field(default_factory=dict, description=(
+        "pin components to CPUs, taskset-style: {trainer: \"0\", rollout: \"1-3\"} (keys: " + ", ".join(ROLES) +
+        "; a shadow trainer or evaluator follows its role); unnamed components run anywhere"))
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpus_exist(cls, value: dict[str, str]) -> dict[str, str]:
+        usable = os.sched_getaffinity(0)
+        for name, spec in value.items():
+            if name not in ROLES:
+                raise ValueError(f"cpus: {name!r} is not a component (one of {', '.join(ROLES)})")
+            missing = sorted(cpu_list(spec) - usable)  # cpu_list raises on bad syntax
+            if missing:
+                raise ValueError(f"cpus.{name}: CPU {missing} not usable here (this process may use {sorted(usable)})")
+        return value
 
     @field_validator("restarts", mode="before")
     @classmethod

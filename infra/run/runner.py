@@ -28,19 +28,14 @@ from undertow.infra.run.restarts import Crash, RestartBudget
 from undertow.infra.run.secrets import referenced
 from undertow.infra.run.rollout_env import engine_command
 from undertow.infra.run.config import RestartPolicy, RunConfig, RunStage, stage_config, stage_mapping, write_yaml
-from undertow.infra.run.supervisor import Child, Supervisor
+from undertow.infra.run.supervisor import ROLES, Child, Supervisor, role
 from undertow.streams import KafkaSettings, create_topics, grow_topics
 from undertow.streams.weights.broadcast import TOKEN_ENV
 
 # The trainer checkpoints before the processors go; the evaluator after the trainer, to score its final
 # weights; the watchers after the evaluator, to read its last results; the monitor goes last, to write
 # everyone's final metrics. A shadow's trainer and evaluator (`trainer@gspo`) stop with the run's.
-STOP_ORDER = ["feeder", "rollout", "trainer", "eval", "watch", "processors", "archive", "monitor"]
-
-
-def role(child_name: str) -> str:
-    """`trainer` for the run's trainer and every shadow's (`trainer@gspo`)."""
-    return child_name.split("@")[0]
+STOP_ORDER = list(ROLES)
 
 
 @dataclass
@@ -175,7 +170,7 @@ class Run:
                                    after=last_recorded(metrics, stage=name))
         recorder.start()
         sup = Supervisor(self.run_dir / "logs" / f"{index}-{name}",
-                         env={"UNDERTOW_BOOTSTRAP": self.kafka.bootstrap_servers, **self.child_env})
+                         env={"UNDERTOW_BOOTSTRAP": self.kafka.bootstrap_servers, **self.child_env}, cpus=self.config.run.cpus)
         events = RunEvents(self.kafka, namespace)
         watch = StageWatch(sup, self.config.run.restarts, events, name)
         cli = [sys.executable, "-m", "undertow.infra.cli"]

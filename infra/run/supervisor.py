@@ -13,6 +13,25 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Every component `undertow run` starts, in the order a stage stops them (runner.STOP_ORDER says why).
+ROLES = ("feeder", "rollout", "trainer", "eval", "watch", "processors", "archive", "monitor")
+
+
+def role(child_name: str) -> str:
+    """`trainer` for the run's trainer and every shadow's (`trainer@gspo`)."""
+    return child_name.split("@")[0]
+
+
+def cpu_list(spec: str) -> set[int]:
+    """CPUs of a taskset-style list: "0", "0-3", "0,2-3"."""
+    cpus: set[int] = set()
+    for part in str(spec).split(","):
+        first, _, last = part.strip().partition("-")
+        if not first.isdigit() or (last and not last.isdigit()) or int(last or first) < int(first):
+            raise ValueError(f"{spec!r} is not a CPU list like \"0\", \"0-3\" or \"0,2-3\"")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
+
 
 @dataclass
 class Child:
@@ -45,8 +64,9 @@ class Child:
 class Supervisor:
     """Starts children with their own process group, watches them, stops them in order."""
 
-    def __init__(self, log_dir: Path, env: dict[str, str] | None = None):
+    def __init__(self, log_dir: Path, env: dict[str, str] | None = None, cpus: dict[str, str] | None = None):
         self.log_dir = log_dir
+        self.cpus = {name: cpu_list(spec) for name, spec in (cpus or {}).items()}
         self.env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(env or {})}
         self.children: list[Child] = []
 
@@ -85,11 +105,14 @@ class Supervisor:
         return due
 
     def _launch(self, child: Child) -> None:
+        cpus = self.cpus.get(role(child.name))
+        # Pinned before exec, so that every process the child starts (torchrun's ranks, vLLM's) inherits it.
+        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
         with open(child.log, "ab") as out:
             # Own process group: a Ctrl-C in the terminal reaches the supervisor only, which then
             # stops the children in an order that lets the trainer checkpoint first.
             child.proc = subprocess.Popen(child.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          env=self.env, start_new_session=True)
+                                          env=self.env, start_new_session=True, preexec_fn=pin)
         child.started = time.time()
         (self.log_dir / f"{child.name}.pid").write_text(f"{child.proc.pid}\n")
 

@@ -76,3 +76,16 @@ def test_a_bad_partition_count_fails_naming_the_field(tmp_path):
     path.write_text("topics:\n  partitions: {weights: 3}\n")
     with pytest.raises(ConfigError, match=r"topics\.partitions.*weights: keeps 1 partition"):
         load_component_config(path)
+
+
+@pytest.mark.parametrize("cpus, error", [
+    ("{trainr: '0'}", r"run\.cpus.*'trainr' is not a component"),
+    ("{trainer: '1-0'}", r"run\.cpus.*'1-0' is not a CPU list"),
+    ("{trainer: 'a'}", r"run\.cpus.*'a' is not a CPU list"),
+    ("{rollout: '4096'}", r"run\.cpus.*cpus\.rollout: CPU \[4096\] not usable here"),
+])
+def test_cpu_pinning_names_the_bad_component_or_cpu(tmp_path, cpus, error):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"run:\n  cpus: {cpus}\n")
+    with pytest.raises(ConfigError, match=error):
+        load_component_config(path)

@@ -79,3 +79,15 @@ def test_a_stopped_child_shuts_down_before_its_helpers_and_none_outlive_it(tmp_p
     assert child.returncode == 0 and seen.read_text() == "alive"
     wait_for(lambda: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z",
              timeout=10, what="the helper killed")
+
+
+def test_a_pinned_child_and_the_processes_it_starts_run_on_its_cpus(tmp_path):
+    """run.cpus: the affinity is set before exec, so a grandchild (torchrun's ranks, vLLM's engine) inherits it."""
+    usable = sorted(os.sched_getaffinity(0))
+    sup = Supervisor(tmp_path, cpus={"trainer": str(usable[-1])})
+    show = "import os; print(sorted(os.sched_getaffinity(0)), flush=True)"
+    script = f"import subprocess, sys; {show}; subprocess.run([sys.executable, '-c', {show!r}])"
+    pinned, free = sup.start("trainer@shadow", [sys.executable, "-c", script]), sup.start("feeder", [sys.executable, "-c", show])
+    wait_for(lambda: pinned.returncode is not None and free.returncode is not None)
+    assert pinned.log.read_text().split("\n")[:2] == [str([usable[-1]])] * 2
+    assert free.log.read_text().strip() == str(usable)
