@@ -71,7 +71,7 @@ class Evaluator:
 
     def __init__(self, engine: Engine, rollout: RolloutConfig, cfg: EvalConfig, model: str):
         self.engine, self.cfg, self.model = engine, cfg, model
-        self.reward: RewardFn = _wrong_when_unscored(build_reward(rollout.reward, timeout_s=rollout.reward_timeout_s))
+        self.reward: RewardFn = wrong_when_unscored(build_reward(rollout.reward, timeout_s=rollout.reward_timeout_s))
         self.ctx = WorkflowContext(engine=engine, sampling=rollout.sampling, reward=self.reward,
                                    chat_template=rollout.chat_template)
         longest = cfg.max_new_tokens or rollout.sampling.max_new_tokens
@@ -126,7 +126,7 @@ class Evaluator:
         return reward >= self.cfg.success_threshold
 
 
-def _wrong_when_unscored(reward: RewardFn) -> RewardFn:
+def wrong_when_unscored(reward: RewardFn) -> RewardFn:
     """An answer whose reward gave no verdict (a timeout, a judge's unparsable reply) scores 0: it
     counts as wrong, logged, and the evaluation goes on instead of hanging or dying on it."""
     def scored(response: str, task: Task) -> dict[str, float]:

@@ -14,17 +14,12 @@ def prepare(config: Path = typer.Argument(..., exists=True, dir_okay=False,
                                           help="Prepare file (YAML): source, ops, text, out, report."),
             ) -> None:
     """Run data-juicer ops over a taskset; write the prepared taskset and a per-op report."""
-    from pydantic import ValidationError
     from rich.table import Table
 
-    from undertow.kernel.config_io import ConfigError, load_yaml, validation_message
-    from undertow.rollout.feeder.prepare import PrepareConfig, prepare as run_prepare
+    from undertow.rollout.feeder.prepare import load_prepare_config, prepare as run_prepare
 
     with user_errors():
-        try:
-            cfg = PrepareConfig.model_validate(load_yaml(config))
-        except ValidationError as e:
-            raise ConfigError(validation_message(str(config), e, PrepareConfig)) from None
+        cfg = load_prepare_config(config)
         report = run_prepare(cfg)
     table = Table("op", "kind", "in", "out", "dropped", "changed", "s",
                   caption=f"{report.tasks_in} tasks -> {report.tasks_out} in {report.out}")

@@ -83,6 +83,15 @@ def parquet(*, path: str, fields: dict[str, str] | None = None, prompt_template:
     return rows_to_items(rows, path, fields, prompt_template, answer_after, keep)
 
 
+@source("prepared")
+def prepared(*, file: str) -> list[TaskItem]:
+    """The taskset a prepare file makes (`undertow prepare`, rollout/feeder/prepare.py): prepared by the
+    first command that reads it, then read back while the prepare file and its source are unchanged."""
+    from undertow.rollout.feeder.prepare import prepared_items
+
+    return prepared_items(Path(file))
+
+
 @source("hf_disk")
 def hf_disk(*, path: str, split: str | None = None, fields: dict[str, str] | None = None,
             prompt_template: str | None = None, answer_after: str | None = None,

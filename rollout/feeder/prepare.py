@@ -10,14 +10,25 @@ prepared taskset goes (Parquet, which the feeder's `parquet` source reads back a
       - {text_length_filter: {min_len: 10, max_len: 2000}}
       - {punctuation_normalization_mapper: {}}
       - {document_deduplicator: {lowercase: true}}
+    difficulty:                       # optional, after the ops: each task's pass rate under a local model
+      model: {name: smollm2-135m, source: gguf}
+      rollout: {reward: numeric_match, sampling: {temperature: 1.0, max_new_tokens: 16}}
+      samples: 8
+      keep_between: [0.05, 0.95]      # drop what the model always or never solves
     out: data/train.prepared.parquet  # report: data/train.prepared.report.json unless `report` says
 
+A run uses a prepare file as a taskset source, `{name: prepared, file: prepare.yaml}`: the first
+command that reads it prepares it; later ones read `out` back while the report's fingerprint (the
+prepare file's settings, the source file's size and time) still matches.
+
 The report says, for each op, how many tasks came in and went out and which ones it dropped or
-changed (their ids). Statistics the filters computed (`text_len`, …) are kept as columns `dj_<stat>`.
+changed (their ids). Statistics the filters computed (`text_len`, …) are kept as columns `dj_<stat>`,
+the difficulty scoring's pass rate as `model_pass_rate` (rollout/feeder/difficulty.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -27,6 +38,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from undertow.kernel.datajuicer import check_entries, load_ops, op_kind
+from undertow.rollout.feeder.difficulty import DifficultyConfig, pass_rates
 from undertow.rollout.feeder.items import TaskItem, load_items
 
 KEY, TEXT = "__undertow_key", "text"  # the columns the ops' dataset carries besides data-juicer's own
@@ -38,9 +50,11 @@ class PrepareConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     source: str | dict[str, Any] = Field(description="a feeder taskset source: {name: jsonl, path: …} (rollout/feeder/)")
-    ops: list[dict[str, dict[str, Any] | None]] = Field(
+    ops: list[dict[str, dict[str, Any] | None]] = Field(default_factory=list,
         description="data-juicer ops in order, its own form: [{text_length_filter: {min_len: 5}}, …]")
     text: Literal["prompt", "answer"] = Field("prompt", description="the text the ops see and mappers rewrite")
+    difficulty: DifficultyConfig | None = Field(None, description=(
+        "after the ops, score each task's pass rate under a local model through undertow's engine"))
     out: str = Field(description="the prepared taskset, a Parquet file")
     report: str | None = Field(None, description="the report (JSON); default: <out without .parquet>.report.json")
 
@@ -83,6 +97,7 @@ class PrepareReport:
     ops: list[OpReport]
     out: str
     seconds: float
+    fingerprint: str = ""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, ensure_ascii=False)
@@ -139,6 +154,18 @@ def run_ops(items: list[TaskItem], ops: list[dict[str, dict[str, Any]]], text: s
     return out, reports
 
 
+def score_difficulty(items: list[TaskItem], cfg: DifficultyConfig) -> tuple[list[TaskItem], OpReport]:
+    """The items with their pass rate in `metadata[cfg.column]`, those outside `keep_between` dropped."""
+    started = time.monotonic()
+    scored = [TaskItem(i.key, i.prompt, i.messages, i.answer, {**i.metadata, cfg.column: rate})
+              for i, rate in zip(items, pass_rates(items, cfg))]
+    low, high = cfg.keep_between or (0.0, 1.0)
+    kept = [i for i in scored if low <= i.metadata[cfg.column] <= high]
+    dropped = sorted({i.key for i in scored} - {i.key for i in kept})
+    return kept, OpReport("difficulty", "model", len(items), len(kept), dropped=dropped,
+                          seconds=round(time.monotonic() - started, 3))
+
+
 def write_taskset(items: list[TaskItem], path: str) -> None:
     """Parquet the feeder's `parquet` source reads back: id, prompt, messages, answer, then metadata columns."""
     import pyarrow as pa
@@ -161,13 +188,52 @@ def write_taskset(items: list[TaskItem], path: str) -> None:
     pq.write_table(pa.table(columns), path)
 
 
+def fingerprint(cfg: PrepareConfig) -> str:
+    """What the prepared taskset depends on: the settings, and the source file's size and time."""
+    path = cfg.source.get("path") if isinstance(cfg.source, dict) else None
+    stat = Path(path).stat() if path and Path(path).exists() else None
+    made_of = [cfg.model_dump(mode="json"), [stat.st_size, stat.st_mtime_ns] if stat else None]
+    return hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load_prepare_config(path: Path) -> PrepareConfig:
+    """A prepare file, validated (ConfigError naming the field)."""
+    from pydantic import ValidationError
+
+    from undertow.kernel.config_io import ConfigError, load_yaml, validation_message
+
+    try:
+        return PrepareConfig.model_validate(load_yaml(path))
+    except ValidationError as e:
+        raise ConfigError(validation_message(str(path), e, PrepareConfig)) from None
+
+
+def prepared_items(path: Path) -> list[TaskItem]:
+    """The items of a prepare file's taskset, prepared now unless `out` is still what it would make."""
+    import pyarrow.parquet as pq
+
+    cfg = load_prepare_config(path)
+    report = Path(cfg.report_path())
+    fresh = Path(cfg.out).exists() and report.exists() and \
+        json.loads(report.read_text()).get("fingerprint") == fingerprint(cfg)
+    if not fresh:
+        prepare(cfg)
+    columns = pq.read_schema(cfg.out).names
+    return load_items({"name": "parquet", "path": cfg.out,
+                       "keep": [c for c in columns if c not in {"id", "prompt", "messages", "answer"}]})
+
+
 def prepare(cfg: PrepareConfig) -> PrepareReport:
     """Read the taskset, run the ops, write the prepared taskset and the report; returns the report."""
     started = time.monotonic()
     items = load_items(cfg.source)
-    kept, reports = run_ops(items, cfg.ops, cfg.text)
+    kept, reports = run_ops(items, cfg.ops, cfg.text) if cfg.ops else (items, [])
+    if cfg.difficulty is not None:
+        kept, scored = score_difficulty(kept, cfg.difficulty)
+        reports.append(scored)
     write_taskset(kept, cfg.out)
-    report = PrepareReport(cfg.source, len(items), len(kept), reports, cfg.out, round(time.monotonic() - started, 3))
+    report = PrepareReport(cfg.source, len(items), len(kept), reports, cfg.out, round(time.monotonic() - started, 3),
+                           fingerprint(cfg))
     Path(cfg.report_path()).parent.mkdir(parents=True, exist_ok=True)
     Path(cfg.report_path()).write_text(report.to_json())
     return report

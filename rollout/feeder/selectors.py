@@ -71,15 +71,16 @@ class Shuffle(_Epochs):
 
 @selectors.register("easy_to_hard")
 class EasyToHard(_Epochs):
-    """Easiest first by `metadata[by]` (ascending; ties keep the source's order), or by prompt length
-    when `by` is not set."""
+    """Easiest first by `metadata[by]` (ascending, or descending with `higher_is_easier`, e.g. a
+    pass rate from `undertow prepare`'s difficulty scoring; ties keep the source's order), or by
+    prompt length when `by` is not set."""
 
-    def __init__(self, *, by: str | None = None) -> None:
+    def __init__(self, *, by: str | None = None, higher_is_easier: bool = False) -> None:
         super().__init__()
-        self.by = by
+        self.by, self.sign = by, -1.0 if higher_is_easier else 1.0
 
     def order(self, items: Sequence[TaskItem], rng: random.Random) -> list[int]:
-        return sorted(range(len(items)), key=lambda i: self._difficulty(items[i]))
+        return sorted(range(len(items)), key=lambda i: self.sign * self._difficulty(items[i]))
 
     def _difficulty(self, item: TaskItem) -> float:
         if self.by is None:

@@ -39,3 +39,12 @@ def constant_workflow(task: Task, ctx: WorkflowContext, *, text: str = "7") -> l
 def sevens(response: str, task: Task) -> dict[str, float]:
     """1 for an answer that starts with 7: what the eval tests train the tiny model toward."""
     return {"sevens": float(response.strip().startswith("7"))}
+
+
+SCORED: list[tuple[str, str]] = []  # (task id, answer text) of every answer `by_metadata` scored
+
+
+def by_metadata(response: str, task: Task) -> dict[str, float]:
+    """1 when the task's metadata says it always passes: difficulty scoring with known pass rates."""
+    SCORED.append((task.task_id, response))
+    return {"pass": float(task.metadata["passes"])}

@@ -61,3 +61,46 @@ def test_bad_prepare_files_name_the_field(tmp_path):
     assert result.exit_code == 2 and "out: expected a .parquet file" in " ".join(result.output.split())
     result = runner.invoke(app, ["prepare", str(write(tmp_path, ops=[{"no_such_filter": {}}]))])
     assert result.exit_code == 2 and "unknown op(s) ['no_such_filter']" in " ".join(result.output.split())
+
+
+def test_difficulty_scoring_writes_each_tasks_pass_rate_and_the_selector_orders_by_it(tmp_path):
+    """Tasks whose reward is fixed by their metadata have known pass rates (1 and 0); the engine must
+    have answered each `samples` times, and keep_between drops the one outside the bounds."""
+    from tests.rollout.plugins import SCORED
+    from undertow.rollout.feeder.selectors import selectors
+
+    rows = [{"id": "never", "prompt": "1+1=", "answer": "2", "passes": 0},
+            {"id": "always", "prompt": "2+2=", "answer": "4", "passes": 1},
+            {"id": "always-too", "prompt": "3+3=", "answer": "6", "passes": 1}]
+    source = tmp_path / "tasks.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    difficulty = {"model": {"source": "tiny"}, "samples": 3, "keep_between": [0.5, 1.0],
+                  "rollout": {"reward": "tests.rollout.plugins.by_metadata", "chat_template": False,
+                              "sampling": {"max_new_tokens": 2}}}
+    path = tmp_path / "prepare.yaml"
+    path.write_text(yaml.safe_dump({"source": {"name": "jsonl", "path": str(source), "keep": ["passes"]},
+                                    "difficulty": difficulty, "out": str(tmp_path / "scored.parquet")}))
+    SCORED.clear()
+    result = CliRunner().invoke(app, ["prepare", str(path)])
+    assert result.exit_code == 0, result.output
+    assert sorted(t for t, _ in SCORED) == ["always"] * 3 + ["always-too"] * 3 + ["never"] * 3
+    report = json.loads((tmp_path / "scored.report.json").read_text())
+    assert [(o["op"], o["tasks_in"], o["tasks_out"], o["dropped"]) for o in report["ops"]] == [
+        ("difficulty", 3, 2, ["never"])]
+    items = load_items({"name": "parquet", "path": str(tmp_path / "scored.parquet"), "keep": ["model_pass_rate"]})
+    assert [(i.key, i.metadata["model_pass_rate"]) for i in items] == [("always", 1.0), ("always-too", 1.0)]
+
+    # As a run's taskset source: read back while nothing changed, prepared again when the source did.
+    SCORED.clear()
+    cached = load_items({"name": "prepared", "file": str(path)})
+    assert SCORED == [] and [(i.key, i.metadata["model_pass_rate"]) for i in cached] == [("always", 1.0), ("always-too", 1.0)]
+    source.write_text(source.read_text() + json.dumps({"id": "new", "prompt": "4+4=", "answer": "8", "passes": 1}) + "\n")
+    assert [i.key for i in load_items({"name": "prepared", "file": str(path)})] == ["always", "always-too", "new"]
+    assert len(SCORED) == 4 * 3
+
+    # The pass rate orders a curriculum: the highest pass rate is the easiest (ties keep the source's order).
+    unsorted = [type(items[0])("hard", "5+5=", [], "10", {"model_pass_rate": 0.25}), *items]
+    easy_first = selectors.resolve({"name": "easy_to_hard", "by": "model_pass_rate", "higher_is_easier": True})()
+    import random
+    assert [unsorted[easy_first.pick(unsorted, d, lambda i: (0, 0), random.Random(0))].key for d in range(3)] == [
+        "always", "always-too", "hard"]
