@@ -23,7 +23,7 @@ from undertow.streams import KafkaSettings, RecordConsumer, RecordProducer, Topi
 from .config import BatchingConfig, ReplayConfig
 from .groups import (GroupAssembler, Item, OffsetTracker, Partition, TrainedIds, batch_metrics, check_experience,
                      check_tokenizer, check_vocabulary)
-from .replay import ReplayBuffer, ReplaySaved, replay_quota
+from .replay import ReplayBuffer, ReplaySaved, mix
 from .window import Window
 
 STAGE = "trainer"
@@ -141,19 +141,13 @@ class ReadyIntake:
         a batch needs fresh data, reuse alone never makes one."""
         self.drop_stale(version)
         waited = time.monotonic() - self.last_arrival >= max_wait_s
-        reused = [] if self.replay is None else self.replay.draw(
-            version, *replay_quota(self.replay_ratio, self.cfg.experiences, self.cfg.token_budget))
-        experiences, tokens = self.cfg.experiences, self.cfg.token_budget
-        if experiences is not None:
-            experiences -= sum(len(g.group.items) for g in reused)
-        else:
-            tokens -= sum(g.group.tokens for g in reused)
-        if not len(self.window) or not (self.window.ready(experiences, tokens) or waited):
+        batch = mix(self.window, self.replay, self.replay_ratio, version, self.cfg.experiences, self.cfg.token_budget,
+                    waited=waited)
+        if batch is None:
             return None
-        groups = self.window.take(experiences, tokens)
-        again = [item for g in reused for item in g.group.items]
+        again = [item for g in batch.reused for item in g.group.items]
         self.replayed = {i.record_id for i in again}
-        return [item for g in groups for item in g.items] + again
+        return [item for g in batch.fresh for item in g.items] + again
 
     def refused(self, items: list[Item], reason: str, detail: str) -> None:
         """Items the trainer took but could not learn from: to the rejected topic, handled for good

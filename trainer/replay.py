@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from undertow.kernel.registry import Registry
 
 from .groups import Group, Item, Partition
-from .window import fitting, weighted_order
+from .window import Window, fitting, weighted_order
 
 
 @dataclass
@@ -100,6 +100,30 @@ def replay_quota(ratio: float, experiences: int | None, token_budget: int | None
     return None, math.floor(ratio * (token_budget or 0))
 
 
+@dataclass
+class Mix:
+    """One step's batch: fresh groups from the window, then groups reused from the buffer."""
+
+    fresh: list[Group]
+    reused: list[ReplayGroup]
+
+
+def mix(window: Window, buffer: ReplayBuffer | None, ratio: float, version: int, experiences: int | None,
+        token_budget: int | None, *, waited: bool) -> Mix | None:
+    """Reused groups within ⌊ratio · N⌋ of the budget, then fresh groups from the window for what is
+    left of it. None until the window can fill its share (or the data `waited` long enough and there is
+    some): a batch needs fresh data, reuse alone never makes one. With ratio 0.25, 8 experiences and
+    groups of 2: one reused group, three fresh."""
+    reused = [] if buffer is None else buffer.draw(version, *replay_quota(ratio, experiences, token_budget))
+    if experiences is not None:
+        experiences -= sum(len(g.group.items) for g in reused)
+    else:
+        token_budget = (token_budget or 0) - sum(g.group.tokens for g in reused)
+    if not len(window) or not (window.ready(experiences, token_budget) or waited):
+        return None
+    return Mix(window.take(experiences, token_budget), reused)
+
+
 class ReplayBuffer:
     """At most `capacity` trained groups, oldest first; draws reuse them through the sampler."""
 
@@ -109,6 +133,7 @@ class ReplayBuffer:
         self._groups: OrderedDict[str, ReplayGroup] = OrderedDict()  # by group id, oldest first
         self._rng = random.Random(seed)
         self._plan: list[ReplayGroup] | None = None  # the next step's draw, kept until the buffer changes
+        self._plan_for: tuple[int, int | None, int | None] | None = None  # (version, records, tokens) of the draw
 
     def __len__(self) -> int:
         return len(self._groups)
@@ -128,7 +153,7 @@ class ReplayBuffer:
     def draw(self, version: int, records: int | None, tokens: int | None) -> list[ReplayGroup]:
         """Whole groups for the next step, within `records` (or `tokens`); the same draw until the
         buffer changes (a step trained), however often the trainer asks while it waits for fresh data."""
-        if self._plan is None:
+        if self._plan is None or self._plan_for != (version, records, tokens):
             held = self.groups()
             weights = self.sampler.obj(held, version, **self.sampler.kwargs)
             if len(weights) != len(held):
@@ -137,6 +162,7 @@ class ReplayBuffer:
             entry = {id(g.group): g for g in held}
             order = weighted_order([g.group for g in held], weights, self._rng)
             self._plan = [entry[id(g)] for g in fitting(order, records, tokens, at_least_one=False)]
+            self._plan_for = (version, records, tokens)
         return list(self._plan)
 
     def add(self, items: Iterable[Item], step: int) -> None:
