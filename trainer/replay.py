@@ -9,7 +9,12 @@ the buffer's groups and the trainer's version that returns one weight per group;
 without replacement with probability proportional to their weight (weight 0: never).
 
 A reused record is off-policy by design, so it is not held to `max_staleness` (fresh data is); the
-loss corrects it with the record's behaviour log-probs (trainer/config.py refuses a loss that cannot).
+loss corrects it with the behaviour log-probs the record keeps, r_t = π_θ(y_t) / π_behaviour(y_t):
+clipped (PPO, Schulman et al. 2017, eq. 7), truncated, min(r_t, c) (IMPALA's ρ̄, Espeholt et al. 2018,
+eq. 1), or decoupled around the step's proximal policy (Hilton et al. 2021, eq. 2). trainer/config.py
+refuses replay with a loss that has no such ratio (`weighs_behaviour`, trainer/algorithms/__init__.py).
+Prioritized replay's own correction of its sampling bias, (N · P(i))^−β (Schaul et al. 2016, §3.4), is
+not applied: the draw picks which old groups come back, the loss weighs each token as above.
 
 The buffer is the log plus offsets, not memory: a checkpoint keeps where each group's records are on
 the ready topic and their use counts (`ReplaySaved`); a restart reads them back from the topic.
