@@ -24,7 +24,8 @@ class Books:
     """What a namespace's topics and its trainer's ledger say happened to each experience and task."""
 
     published: set[str] = field(default_factory=set)  # experience ids on experiences.raw
-    trained: Counter[str] = field(default_factory=Counter)  # experience id -> steps that trained on it
+    trained: Counter[str] = field(default_factory=Counter)  # experience id -> steps that trained on it first
+    reused: Counter[str] = field(default_factory=Counter)  # experience id -> steps that replayed it on purpose
     rejected: dict[str, str] = field(default_factory=dict)  # record id -> "stage/reason"
     rejected_by_reason: Counter[str] = field(default_factory=Counter)  # every rejected record, id or not
     raw_not_experiences: int = 0  # records on the raw topic that do not decode as experiences (poison)
@@ -38,7 +39,13 @@ class Books:
 
     @property
     def twice(self) -> set[str]:
+        """Trained for the first time more than once (a deliberate reuse is booked apart, in `reused`)."""
         return {rid for rid, n in self.trained.items() if n > 1}
+
+    @property
+    def reused_untrained(self) -> set[str]:
+        """Reused, yet never trained first: a replay can only take what a step trained."""
+        return set(self.reused) - set(self.trained)
 
     @property
     def tasks_missing(self) -> set[str]:
@@ -53,7 +60,9 @@ class Books:
         reasons = ", ".join(f"{r} {n}" for r, n in self.rejected_by_reason.most_common())
         return (f"published {len(self.published)}, trained {len(self.trained)}, rejected "
                 f"{sum(self.rejected_by_reason.values())} ({reasons or 'none'}), lost {len(self.lost)}, "
-                f"trained twice {len(self.twice)}; tasks published {len(self.tasks_published)}, "
+                f"trained twice {len(self.twice)}, reused {sum(self.reused.values())} times "
+                f"({len(self.reused)} records, {len(self.reused_untrained)} never trained); "
+                f"tasks published {len(self.tasks_published)}, "
                 f"missing from raw {len(self.tasks_missing)}, published twice {len(self.tasks_twice)}; "
                 f"non-experiences on raw {self.raw_not_experiences}")
 
@@ -76,7 +85,9 @@ def audit(kafka: KafkaSettings, namespace: str, ledger: Path) -> Books:
     if ledger.exists():
         for line in ledger.read_text().splitlines():
             if line.strip():
-                books.trained.update(json.loads(line)["ids"])
+                entry = json.loads(line)
+                books.trained.update(entry["ids"])
+                books.reused.update(entry.get("reused", []))
     return books
 
 

@@ -6,7 +6,8 @@ Layout under the run's directory:
                               with a critic, critic/ (its own DeepSpeed checkpoint: weights and optimizer)
                               and checksums.json (every file's size and sha256, written last)
     LATEST                    the tag of the newest complete checkpoint (written last, atomically)
-    ledger.jsonl              per step: which record ids it trained on (an audit trail; cut back on resume)
+    ledger.jsonl              per step: which record ids it trained on for the first time (`ids`) and which
+                              it trained again, replayed on purpose (`reused`); an audit trail, cut back on resume
     damaged-step-00000014/    a checkpoint a resume found damaged, set aside for inspection
 
 A checkpoint is written as `step-00000012.partial/` and renamed into place once its checksums are
@@ -35,6 +36,7 @@ from undertow.kernel.disk import remove, stop_when_full
 
 from .engine import export_pretrained, rank_fingerprints
 from .groups import Partition
+from .replay import ReplaySaved
 
 LATEST = "LATEST"
 STATE = "trainer_state.json"
@@ -63,6 +65,8 @@ class TrainerState(BaseModel):
     offsets: list[PartitionOffset] = Field(default_factory=list, description="next offset to read per partition")
     trained_ids: list[str] = Field(default_factory=list, description="recently trained record ids, oldest first")
     published_version: int | None = Field(None, description="last version sent to the weights topic")
+    replay: list[ReplaySaved] = Field(default_factory=list, description="the replay buffer's groups: their "
+                                      "records' offsets on the ready topic and use counts (read back on resume)")
 
     def offset_map(self) -> dict[Partition, int]:
         return {(o.topic, o.partition): o.offset for o in self.offsets}
@@ -245,9 +249,11 @@ class Ledger:
         kept = [line for line in self.path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
         _atomic_write(self.path, "".join(line + "\n" for line in kept))
 
-    def append(self, step: int, ids: list[str]) -> None:
+    def append(self, step: int, ids: list[str], reused: list[str] = ()) -> None:
+        """The step's records: `ids` trained for the first time, `reused` replayed (trained before)."""
+        entry = {"step": step, "ids": ids, **({"reused": list(reused)} if reused else {})}
         with self.path.open("a") as f:
-            f.write(json.dumps({"step": step, "ids": ids}) + "\n")
+            f.write(json.dumps(entry) + "\n")
 
     def entries(self) -> list[dict]:
         if not self.path.exists():

@@ -12,6 +12,7 @@ from undertow.streams.weights import WeightsConfig
 
 from .algorithms import advantage_transforms, aggregations, kl_estimators, policy_losses, preference_losses
 from .objectives import objectives
+from .replay import replay_samplers
 
 Entry = str | dict[str, Any]  # a registry entry: `name` or {name: …, **kwargs}
 
@@ -179,6 +180,23 @@ class CriticConfig(_Section):
                                                     "the policy's architecture (default: the policy's initial weights)")
 
 
+class ReplayConfig(_Section):
+    """Replay that reuses (trainer/replay.py): each step takes ⌊ratio · N⌋ of its N records (or tokens)
+    from groups trained before, whole groups, and the rest fresh from the ready topic."""
+
+    ratio: float = Field(0.25, gt=0, lt=1, description="share of each step's records (tokens with token_budget) "
+                                                        "drawn from the buffer; the rest is fresh")
+    sampler: Entry = Field("uniform", description="which trained groups are drawn: uniform, priority ({name: "
+                                                  "priority, alpha: 0.6}), age_decay ({name: age_decay, "
+                                                  "half_life: 4}), or a dotted path")
+    max_uses: int = Field(2, ge=2, description="times a record is trained in all, its first (fresh) training "
+                                               "included; then its group leaves the buffer")
+    capacity_groups: int = Field(256, ge=1, description="trained groups kept for reuse, the oldest leave first "
+                                                        "(a checkpoint keeps their offsets, not their bytes)")
+
+    _check = field_validator("sampler")(lambda cls, v: checked_entry(replay_samplers, v))
+
+
 class LoraConfig(_Section):
     """LoRA adapters (peft): only they train; the KL reference is the base with adapters off."""
 
@@ -204,6 +222,8 @@ class TrainerConfig(_Section):
     mixing: MixingConfig | None = Field(None, description="mix expert demonstrations into RL steps (CHORD)")
     critic: CriticConfig | None = Field(None, description="a value model for the advantage_transform gae (PPO "
                                                           "with a critic); None: critic-free")
+    replay: ReplayConfig | None = Field(None, description="reuse trained groups in later steps, importance-"
+                                                          "corrected (None: every record is trained once)")
     sync_every: int = Field(1, ge=1, description="publish weights every this many steps (and at the end)")
     weights: WeightsConfig = Field(default_factory=WeightsConfig, description="how weights reach the workers")
     checkpoint_dir: str = Field("~/.undertow/trainer", description="checkpoints go to <checkpoint_dir>/<namespace>")
@@ -243,3 +263,24 @@ class TrainerConfig(_Section):
                              "to one that does (gae)")
         return self
 
+
+    @model_validator(mode="after")
+    def _replay_can_correct(self) -> "TrainerConfig":
+        """A reused record comes from an older policy. An offline objective (sft, dpo, ...: no staleness
+        bound) learns it again as another epoch would; an on-policy one must weigh each token by its
+        importance ratio to the behaviour log-probs the record keeps (PPO's clip, truncated IS, ...)."""
+        if self.replay is None:
+            return self
+        objective = objectives.get(self.algorithm.objective)
+        if not objective.checks_staleness:
+            return self
+        if not getattr(objective, "importance_sampled", False):
+            raise ValueError(f"replay: the objective {self.algorithm.objective!r} does not weigh by the behaviour "
+                             "log-probs, so it cannot correct reused (off-policy) records; use rl or drop replay")
+        loss = policy_losses.resolve(self.algorithm.policy_loss)
+        if not getattr(loss.obj, "weighs_behaviour", False):
+            raise ValueError(f"replay: the policy_loss {loss.name!r} has no importance ratio to the behaviour "
+                             "log-probs, so it cannot correct reused (off-policy) records; use ppo_clip, "
+                             "decoupled_ppo or truncated_is (or mark a loss that weighs by π_θ/π_behaviour "
+                             "with `weighs_behaviour = True`)")
+        return self

@@ -4,22 +4,31 @@ checkpoint resumes. The pure parts are in groups.py and window.py.
 
 Partitions are assigned manually (the trainer is one logical consumer) and start at the
 checkpoint's offsets, else the group's committed ones, else the beginning.
+
+With replay (trainer/replay.py) each batch is fresh groups from the window plus groups trained before,
+drawn from the replay buffer; the buffer is rebuilt after a restart by reading its records back from
+the ready topic at the offsets the checkpoint kept.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
+from typing import Any, Sequence
 
-from undertow.schemas import Experience, Record, encode
+from undertow.schemas import DecodeError, Experience, Record, decode, encode
 from undertow.streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
 
-from .config import BatchingConfig
+from .config import BatchingConfig, ReplayConfig
 from .groups import (GroupAssembler, Item, OffsetTracker, Partition, TrainedIds, batch_metrics, check_experience,
                      check_tokenizer, check_vocabulary)
+from .replay import ReplayBuffer, ReplaySaved, mix
 from .window import Window
 
 STAGE = "trainer"
+READ_BACK_S = 60.0  # longest a restart waits to read the replay buffer's records back
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -47,7 +56,8 @@ class ReadyIntake:
     def __init__(self, settings: KafkaSettings, topics: Topics, cfg: BatchingConfig, *, group_id: str,
                  record_type: type[Record], checks_staleness: bool, producer: RecordProducer,
                  start: dict[tuple[str, int], int], trained_ids: list[str], seed: int = 0,
-                 tokenizer: str | None = None, topic: str | None = None, vocab_size: int | None = None):
+                 tokenizer: str | None = None, topic: str | None = None, vocab_size: int | None = None,
+                 replay: ReplayConfig | None = None, replay_saved: Sequence[ReplaySaved] = ()):
         self.cfg, self.topics, self.producer, self.consumer_group = cfg, topics, producer, group_id
         self.checks_staleness, self.tokenizer, self.vocab_size = checks_staleness, tokenizer, vocab_size
         self.consumer = RecordConsumer(settings, [], group_id=group_id, expect=record_type,
@@ -60,6 +70,16 @@ class ReadyIntake:
         self.topic = topic or topics.ready  # another: the expert demonstrations mixed into RL steps
         self.offsets = OffsetTracker(self.consumer.assign(self.topic, start))
         self.last_arrival = time.monotonic()
+        self.replay = None if replay is None else ReplayBuffer(
+            sampler=replay.sampler, capacity=replay.capacity_groups, max_uses=replay.max_uses, seed=seed)
+        self.replay_ratio = replay.ratio if replay is not None else 0.0
+        self.replayed: set[str] = set()  # ids of the last batch's records drawn from the replay buffer
+        if self.replay is not None and replay_saved:
+            found = read_back(settings, replay_saved, record_type)
+            lost = self.replay.restore(replay_saved, found)
+            if lost:
+                log.warning("replay: %d group(s) of the checkpoint are no longer on %s (retention?): %s",
+                            len(lost), self.topic, lost[:5])
 
     def fill(self, version: int, timeout_ms: int) -> int:
         """Poll once (unless the window is full) and admit what came; returns records delivered."""
@@ -116,35 +136,56 @@ class ReadyIntake:
                 self.offsets.done(item.partition, item.offset)
 
     def next_batch(self, version: int, max_wait_s: float) -> list[Item] | None:
-        """A full batch when one is ready; a partial one when data stopped coming for max_wait_s."""
+        """A full batch when one is ready; a partial one when data stopped coming for max_wait_s. With
+        replay: its reused groups (last, ids in `replayed`) and fresh groups for the rest of the budget;
+        a batch needs fresh data, reuse alone never makes one."""
         self.drop_stale(version)
         waited = time.monotonic() - self.last_arrival >= max_wait_s
-        if not len(self.window) or not (self.window.ready(self.cfg.experiences, self.cfg.token_budget) or waited):
+        batch = mix(self.window, self.replay, self.replay_ratio, version, self.cfg.experiences, self.cfg.token_budget,
+                    waited=waited)
+        if batch is None:
             return None
-        groups = self.window.take(self.cfg.experiences, self.cfg.token_budget)
-        return [item for g in groups for item in g.items]
+        again = [item for g in batch.reused for item in g.group.items]
+        self.replayed = {i.record_id for i in again}
+        return [item for g in batch.fresh for item in g.items] + again
 
     def refused(self, items: list[Item], reason: str, detail: str) -> None:
-        """Items the trainer took but could not learn from: to the rejected topic, handled for good."""
+        """Items the trainer took but could not learn from: to the rejected topic, handled for good
+        (reused ones were trained before: they only leave the replay buffer)."""
+        if self.replay is not None:
+            self.replay.discard({i.record_id for i in items if i.record_id in self.replayed})
+        items = [i for i in items if i.record_id not in self.replayed]
         for item in items:
             self._reject(item, reason, detail)
         self.trained.update(i.record_id for i in items)
         for i in items:
             self.offsets.done(i.partition, i.offset)
 
-    def trained_on(self, items: list[Item]) -> None:
-        self.trained.update(i.record_id for i in items)
-        for i in items:
+    def trained_on(self, items: list[Item], step: int = 0) -> None:
+        """Items step `step` trained on: fresh ones are done (and join the replay buffer), reused ones
+        count one more use."""
+        fresh = [i for i in items if i.record_id not in self.replayed]
+        self.trained.update(i.record_id for i in fresh)
+        for i in fresh:
             self.offsets.done(i.partition, i.offset)
+        if self.replay is not None:
+            self.replay.used({i.record_id for i in items if i.record_id in self.replayed})
+            self.replay.add(fresh, step)
 
     def step_metrics(self, items: list[Item], step: int) -> dict[str, float]:
         """The intake's part of the metrics of the step that just trained `items`: their count,
         staleness and reward, what was refused or repeated since the last step, the window; the
         counts start again from zero."""
         counts, self.counts = self.counts, IntakeCounts()
-        return {"records": float(len(items)), "rejected": float(counts.rejected), "rejected_stale": float(counts.stale),
-                "duplicates": float(counts.duplicates), "window_groups": float(len(self.window)),
-                **batch_metrics([i.record for i in items], step)}
+        fresh = [i for i in items if i.record_id not in self.replayed]
+        values = {"records": float(len(items)), "rejected": float(counts.rejected),
+                  "rejected_stale": float(counts.stale), "duplicates": float(counts.duplicates),
+                  "window_groups": float(len(self.window)), **batch_metrics([i.record for i in fresh], step)}
+        if self.replay is not None:  # staleness above is the fresh records' (the bound applies to them only)
+            reused = len(items) - len(fresh)
+            values.update(reused_records=float(reused), reuse_fraction=reused / len(items) if items else 0.0,
+                          replay_groups=float(len(self.replay)), replay_mean_uses=self.replay.mean_uses())
+        return values
 
     def resume_point(self) -> ResumePoint:
         """Where a checkpoint of the current step resumes reading (groups.OffsetTracker's rule)."""
@@ -158,3 +199,33 @@ class ReadyIntake:
 
     def close(self) -> None:
         self.consumer.close()
+
+
+def read_back(settings: KafkaSettings, saved: Sequence[ReplaySaved], record_type: type[Record]) -> dict[Any, Record]:
+    """The records at the positions the checkpoint's replay groups name, by ((topic, partition), offset):
+    each partition read from the lowest such offset to the highest (or its end: a record gone with the
+    retention is simply not found). Messages in between are not decoded (what was bad was dead-lettered
+    when first read)."""
+    wanted: dict[tuple[str, int], set[int]] = {}
+    for group in saved:
+        for r in group.records:
+            wanted.setdefault((r.topic, r.partition), set()).add(r.offset)
+    found: dict[Any, Record] = {}
+    consumer = RecordConsumer(settings, [], group_id=None)
+    try:
+        for topic in sorted({t for t, _ in wanted}):
+            consumer.assign(topic, {p: min(offsets) for p, offsets in wanted.items()})
+            consumer.pause([p for p in consumer.positions() if p not in wanted])
+            end = consumer.end_offsets()
+            target = {p: min(max(offsets) + 1, end[p]) for p, offsets in wanted.items() if p[0] == topic}
+            deadline = time.monotonic() + READ_BACK_S
+            while not consumer.reached(target) and time.monotonic() < deadline:
+                for m in consumer.poll_messages(timeout_ms=500):
+                    if m.offset in wanted.get((m.topic, m.partition), ()):
+                        try:
+                            found[((m.topic, m.partition), m.offset)] = decode(m.value, expect=record_type)
+                        except DecodeError:
+                            pass  # not a record we trained on: its group is left out
+    finally:
+        consumer.close()
+    return found

@@ -69,7 +69,8 @@ def weights_sha256(hf_dir: Path) -> str:
 
 
 def steps_to_retrain(root: Path, start: int, end: int) -> dict[int, list[str]]:
-    """The ledger's record ids for steps start+1..end, each step exactly once."""
+    """The ledger's record ids for steps start+1..end, each step exactly once: the ids it trained first,
+    then those it reused (replay), in the order the step had them."""
     if end <= start:
         raise ValueError(f"--to ({end}) must be after --from ({start})")
     for step in (start, end):
@@ -77,7 +78,7 @@ def steps_to_retrain(root: Path, start: int, end: int) -> dict[int, list[str]]:
             kept = sorted(p.name for p in root.glob("step-*") if p.is_dir())
             raise ValueError(f"no checkpoint of step {step} under {root} (kept: {kept or 'none'}; "
                              f"trainer.keep_checkpoints decides how many stay)")
-    ledger = {e["step"]: e["ids"] for e in Ledger(root).entries() if start < e["step"] <= end}
+    ledger = {e["step"]: e["ids"] + e.get("reused", []) for e in Ledger(root).entries() if start < e["step"] <= end}
     missing = [s for s in range(start + 1, end + 1) if s not in ledger]
     if missing:
         raise ValueError(f"the ledger {root / 'ledger.jsonl'} has no entry for step(s) {missing[:5]}")

@@ -78,7 +78,8 @@ class Leader:
                          group_id=f"{cfg.consumer_group}.shadow-{topics.shadow}" if shadow else cfg.consumer_group,
                          record_type=objective.record_type, checks_staleness=objective.checks_staleness and not shadow,
                          producer=self.producer, start=state.offset_map(), trained_ids=state.trained_ids,
-                         seed=cfg.engine.seed, tokenizer=tokenizer, vocab_size=vocab_size)
+                         seed=cfg.engine.seed, tokenizer=tokenizer, vocab_size=vocab_size,
+                         replay=cfg.replay, replay_saved=state.replay)
         # CHORD's demonstrations: a second intake on the expert topic, in the same group and checkpoint.
         self.expert = None if cfg.mixing is None else ReadyIntake(
             kafka, topics, BatchingConfig(experiences=cfg.mixing.expert_per_step, max_wait_s=0.0),
@@ -101,10 +102,15 @@ class Leader:
             batch = self.intake.next_batch(step, self.cfg.batching.max_wait_s)
             self.wait_s += time.monotonic() - started
             if batch:
+                # Replayed records go last, after the demonstrations: the order of the ledger's ids + reused,
+                # which a retrain follows.
+                fresh = [i for i in batch if i.record_id not in self.intake.replayed]
+                reused = [i for i in batch if i.record_id in self.intake.replayed]
                 demonstrations = self._demonstrations(step)
-                self.pending = batch + demonstrations
+                self.pending = fresh + demonstrations + reused
                 after = step + 1
-                return Command([i.record for i in batch] + [as_expert(i.record) for i in demonstrations],
+                return Command([i.record for i in fresh] + [as_expert(i.record) for i in demonstrations] +
+                               [i.record for i in reused],
                                publish=after % self.cfg.sync_every == 0,
                                checkpoint=after % self.cfg.checkpoint_every == 0)
             if budget.idle_timeout_s is not None and time.monotonic() - self.last_data >= budget.idle_timeout_s:
@@ -136,10 +142,12 @@ class Leader:
             elif refused:
                 intake.refused(refused, "non_finite", "no update of the step had a finite loss and gradient")
             items = [i for i in mine if i.record_id not in untrained]
-            intake.trained_on(items)
+            intake.trained_on(items, step)
             trained += items
-        if trained:
-            self.ledger.append(step, [i.record_id for i in trained])
+        if trained:  # a reuse is booked apart: the ids are each record's one first training
+            again = self.intake.replayed
+            self.ledger.append(step, [i.record_id for i in trained if i.record_id not in again],
+                               [i.record_id for i in trained if i.record_id in again])
         # A skipped (non-finite) update's loss is inf or NaN: metric events carry finite numbers only,
         # and `skipped_updates` already says what happened.
         usual = [i for i in trained if i.partition[0] == self.intake.topic]
@@ -163,6 +171,7 @@ class Leader:
         self.state.offsets = [PartitionOffset(topic=t, partition=p, offset=o)
                               for point in points for (t, p), o in point.offsets.items()]
         self.state.trained_ids = [i for point in points for i in point.trained_ids]
+        self.state.replay = self.intake.replay.saved() if self.intake.replay is not None else []
         return self.state
 
     def commit(self) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from typing import Callable
+from typing import Callable, Sequence, TypeVar
 
 from .groups import Group
 
@@ -58,16 +58,10 @@ class Window:
 
     def take(self, experiences: int | None, token_budget: int | None) -> list[Group]:
         """Whole groups for one batch: FIFO or by priority, until the next group would not fit."""
-        order = self._draw_order()
-        batch: list[Group] = []
-        used_records = used_tokens = 0
-        for g in order:
-            fits = (used_records + len(g.items) <= experiences) if experiences else \
-                (used_tokens + g.tokens <= token_budget)
-            if batch and not fits:
-                break
-            batch.append(g)
-            used_records, used_tokens = used_records + len(g.items), used_tokens + g.tokens
+        groups = list(self._groups)
+        order = weighted_order(groups, [max(g.priority, 1e-12) for g in groups], self._rng) \
+            if self.prioritized else groups
+        batch = fitting(order, experiences, token_budget)
         taken = {id(g) for g in batch}
         self._groups = deque(g for g in self._groups if id(g) not in taken)
         self._forget(batch)
@@ -76,14 +70,32 @@ class Window:
     def _forget(self, groups: list[Group]) -> None:
         self._ids.difference_update(i.record_id for g in groups for i in g.items)
 
-    def _draw_order(self) -> list[Group]:
-        groups = list(self._groups)
-        if not self.prioritized:
-            return groups
-        order = []
-        weights = [max(g.priority, 1e-12) for g in groups]
-        while groups:
-            i = self._rng.choices(range(len(groups)), weights=weights)[0]
-            order.append(groups.pop(i))
-            weights.pop(i)
-        return order
+
+T = TypeVar("T")
+
+
+def weighted_order(items: Sequence[T], weights: Sequence[float], rng: random.Random) -> list[T]:
+    """`items` drawn one by one without replacement, each with probability proportional to its weight
+    among those left; items of weight <= 0 are never drawn (left out)."""
+    left = [(item, w) for item, w in zip(items, weights) if w > 0]
+    order = []
+    while left:
+        i = rng.choices(range(len(left)), weights=[w for _, w in left])[0]
+        order.append(left.pop(i)[0])
+    return order
+
+
+def fitting(order: Sequence[Group], experiences: int | None, token_budget: int | None, *,
+            at_least_one: bool = True) -> list[Group]:
+    """The first groups of `order` whose records (or tokens) add up to at most the budget; with
+    `at_least_one`, the first group even when it alone is over."""
+    batch: list[Group] = []
+    used_records = used_tokens = 0
+    for g in order:
+        fits = (used_records + len(g.items) <= experiences) if experiences is not None else \
+            (used_tokens + g.tokens <= token_budget)
+        if not fits and (batch or not at_least_one):
+            break
+        batch.append(g)
+        used_records, used_tokens = used_records + len(g.items), used_tokens + g.tokens
+    return batch

@@ -24,6 +24,14 @@ def test_the_ledger_gives_each_step_its_records(tmp_path):
     assert steps_to_retrain(tmp_path, 2, 4) == {3: ["c", "d"], 4: ["e"]}
 
 
+def test_a_step_that_reused_records_is_retrained_on_them_after_its_fresh_ones(tmp_path):
+    """The trainer's step order is fresh records, then the replayed ones (trainer/runner.py)."""
+    checkpoints(tmp_path, [1, 2], [(1, ["a", "b"])])
+    with (tmp_path / "ledger.jsonl").open("a") as f:
+        f.write(json.dumps({"step": 2, "ids": ["c"], "reused": ["a"]}) + "\n")
+    assert steps_to_retrain(tmp_path, 1, 2) == {2: ["c", "a"]}
+
+
 def test_a_missing_checkpoint_or_ledger_step_is_refused_with_what_there_is(tmp_path):
     checkpoints(tmp_path, [2, 4], [(3, ["c"])])
     with pytest.raises(ValueError, match=r"no checkpoint of step 3 .*kept: \['step-00000002', 'step-00000004'\]"):
