@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,8 +29,19 @@ def describe(file: str, blob: bytes) -> Bucket:
     return Bucket(file=file, bytes=len(blob), sha256=hashlib.sha256(blob).hexdigest(), tensors=tensors)
 
 
+def bucket_file(index: int) -> str:
+    """The file name of a version's bucket `index` (in its directory, and in its manifest)."""
+    return f"bucket-{index:04d}.safetensors"
+
+
 def manifest_of(buckets: list[bytes]) -> list[Bucket]:
-    return [describe(f"bucket-{i:04d}.safetensors", blob) for i, blob in enumerate(buckets)]
+    """Every bucket's entry, hashed on all cores (sha256 releases the GIL): a version's hashing is
+    on the path from the trainer's publish to the workers' swap."""
+    names = [bucket_file(i) for i in range(len(buckets))]
+    if len(buckets) < 2:
+        return [describe(n, b) for n, b in zip(names, buckets)]
+    with ThreadPoolExecutor(min(len(buckets), os.cpu_count() or 1), thread_name_prefix="weights-hash") as pool:
+        return list(pool.map(describe, names, buckets))
 
 
 @contextmanager
