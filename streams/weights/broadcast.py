@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import threading
 import time
 import warnings
@@ -350,11 +351,25 @@ def receive_broadcast(update: WeightUpdate, store_timeout_s: float, staging_root
     assert update.manifest is not None and update.rendezvous is not None
     verify_manifest(update)
     try:
-        with staging_directory(update, staging_root) as directory:
+        with staging_directory(update, in_memory(update, staging_root)) as directory:
             files = _receive_into(directory, update, store_timeout_s, run_token() if token is None else token)
     except _Late:
         return None
     return Staged(update.model, update.version, update.payload, files, directory, NAME)
+
+
+MEMORY_ROOT = "/dev/shm"  # a tmpfs on Linux: files there are memory
+
+
+def in_memory(update: WeightUpdate, staging_root: str | None) -> str | None:
+    """Where a broadcast version is staged: in memory (MEMORY_ROOT) when there is room for it twice
+    over, else `staging_root`. It is loaded right after and removed, so writing it to a disk would be
+    waste; and the engines take files, which memory files are too."""
+    try:
+        room = shutil.disk_usage(MEMORY_ROOT).free
+    except OSError:  # no such directory (macOS, Windows)
+        return staging_root
+    return MEMORY_ROOT if room > 2 * update.total_bytes else staging_root
 
 
 def _receive_into(directory: Path, update: WeightUpdate, store_timeout_s: float, token: str) -> list[Path]:

@@ -3,6 +3,7 @@ verifying, streaming into an engine, and every refusal leaving the engine's weig
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 
@@ -12,7 +13,7 @@ import torch
 from undertow.kernel.models import ModelSpec, build_model, weights_to_bytes
 from undertow.kernel.models.weights import load_weight_files, state_tensors, to_buckets
 from undertow.rollout.engines import build_engine
-from undertow.schemas import WeightIntegrityError, announce_buckets
+from undertow.schemas import Bucket, WeightIntegrityError, announce_buckets
 from undertow.streams.weights import (
     FilesSender, Sending, WeightsConfig, broadcast, check_announcement, fetch_files, manifest_of, transport_of,
 )
@@ -169,7 +170,12 @@ def broadcast_round(store, buckets, version, expected, join_timeout_s=5.0, timeo
     return out
 
 
-def test_broadcast_delivers_a_version_to_the_workers_that_joined(tmp_path):
+def test_broadcast_delivers_a_version_to_the_workers_that_joined(tmp_path, monkeypatch):
+    memory = tmp_path / "memory"  # stands for /dev/shm
+    memory.mkdir()
+    monkeypatch.setattr(broadcast, "MEMORY_ROOT", str(memory))
+    staging = tmp_path / "staging"
+    staging.mkdir()
     store = broadcast.host_store("127.0.0.1", 0, 10)
     buckets = to_buckets(state_tensors(build_model(ModelSpec(seed=7))), 20_000)
     update = announce_buckets("policy", 4, manifest_of(buckets), transport="broadcast",
@@ -178,7 +184,7 @@ def test_broadcast_delivers_a_version_to_the_workers_that_joined(tmp_path):
     results: list = [None, None]
 
     def worker(i):
-        results[i] = receive_broadcast(update, 10, str(tmp_path))
+        results[i] = receive_broadcast(update, 10, str(staging))
     workers = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(2)]
     for w in workers:
         w.start()
@@ -186,12 +192,14 @@ def test_broadcast_delivers_a_version_to_the_workers_that_joined(tmp_path):
         w.join(30)
     trainer["thread"].join(30)
     assert trainer == {**trainer, "size": 3, "sent": True}
+    # Staged in memory, not on the disk under the worker's staging directory.
+    assert list(staging.iterdir()) == [] and {staged.directory.parent for staged in results} == {memory}
     for staged in results:
         engine = build_engine("transformers", ModelSpec())
         staged.load_into(engine)
         assert weights_of(engine) == weights_to_bytes(build_model(ModelSpec(seed=7)))
     # Late for a closed group: no place in it, and the files announcement brings the version.
-    assert receive_broadcast(update, 10, str(tmp_path)) is None
+    assert receive_broadcast(update, 10, str(staging)) is None
 
 
 def test_a_worker_that_joins_and_dies_costs_the_sending_thread_a_timeout_not_training():
@@ -308,3 +316,18 @@ def test_what_an_announcement_carries_is_its_transports_to_say(transport, fields
     assert e.value.reason == "invalid"
     check_announcement(announce_buckets("policy", 1, [], transport="broadcast", rendezvous="h:1", uri="file:///w"),
                        transport_of("broadcast"), "broadcast")  # broadcast may name its files too
+
+
+def test_a_broadcast_version_is_staged_in_memory_only_where_it_fits(tmp_path, monkeypatch):
+    memory = tmp_path / "memory"
+    memory.mkdir()
+    monkeypatch.setattr(broadcast, "MEMORY_ROOT", str(memory))
+    room = shutil.disk_usage(memory).free
+
+    def version(total: int):
+        bucket = Bucket(file="bucket-0000.safetensors", bytes=total, sha256="0" * 64, tensors=())
+        return announce_buckets("policy", 1, [bucket], transport="broadcast", rendezvous="127.0.0.1:1")
+    assert broadcast.in_memory(version(room // 4), "/staging") == str(memory)
+    assert broadcast.in_memory(version(room // 2 + 1), "/staging") == "/staging"  # twice over does not fit
+    monkeypatch.setattr(broadcast, "MEMORY_ROOT", str(tmp_path / "none"))  # no tmpfs on this system
+    assert broadcast.in_memory(version(1), "/staging") == "/staging"
