@@ -17,13 +17,14 @@ import hashlib
 import hmac
 import json
 import logging
+import mmap
 import os
 import secrets
 import shutil
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
@@ -194,15 +195,22 @@ def send(pg: dist.ProcessGroup, buckets: list[bytes]) -> None:
                 pg.broadcast(torch.frombuffer(blob, dtype=torch.uint8), 0).wait()
 
 
-def receive(pg: dist.ProcessGroup, sizes: list[int]) -> Iterator[memoryview]:
-    """Other ranks: the buckets' bytes, one at a time, each in a buffer of its own."""
+def receive(pg: dist.ProcessGroup, buffers: Iterable[memoryview]) -> Iterator[memoryview]:
+    """Other ranks: the buckets' bytes, each into the writable buffer given for it, one at a time."""
     import torch
 
-    for size in sizes:
-        buffer = torch.empty(size, dtype=torch.uint8)
-        if size:
-            pg.broadcast(buffer, 0).wait()
-        yield memoryview(buffer.numpy())
+    for buffer in buffers:
+        if len(buffer):
+            pg.broadcast(torch.frombuffer(buffer, dtype=torch.uint8), 0).wait()
+        yield buffer
+
+
+def file_buffer(target: Path, size: int) -> memoryview:
+    """A writable view of a new file of `size` bytes (memory-mapped): what is received into it is in
+    the file, with no copy."""
+    with open(target, "w+b") as f:
+        f.truncate(size)
+        return memoryview(mmap.mmap(f.fileno(), size)) if size else memoryview(bytearray())
 
 
 def joined(store: dist.TCPStore, version: int) -> int:
@@ -381,7 +389,8 @@ def _receive_into(directory: Path, update: WeightUpdate, store_timeout_s: float,
             raise _Late
         rank, size, prefix = member
         pg = group(store, prefix, rank, size, store_timeout_s)
-        return _stage_while_receiving(directory, update, receive(pg, [b.bytes for b in update.manifest]))
+        buffers = (file_buffer(directory / bucket.file, bucket.bytes) for bucket in update.manifest)
+        return _check_while_receiving(directory, update, receive(pg, buffers))
     except (WeightIntegrityError, _Late):
         raise
     except Exception as e:  # torch.distributed's errors (timeouts, a closed peer) and the rest alike
@@ -389,27 +398,26 @@ def _receive_into(directory: Path, update: WeightUpdate, store_timeout_s: float,
                                    f"({type(e).__name__}: {e})", "broadcast") from None
 
 
-def _stage_while_receiving(directory: Path, update: WeightUpdate, received: Iterator[memoryview]) -> list[Path]:
-    """Check and write each bucket on a helper thread while the next one arrives: the sender is never held
-    up by our hashing or our disk (sha256 and file writes release the GIL). At most two buckets are in
-    memory: the one being checked and the one being received."""
+def _check_while_receiving(directory: Path, update: WeightUpdate, received: Iterator[memoryview]) -> list[Path]:
+    """Check each bucket, received straight into its staged file, on a helper thread while the next
+    one arrives: the sender is never held up by our hashing (sha256 releases the GIL). A bucket that
+    fails its check fails the whole version: staging_directory removes the files."""
     assert update.manifest is not None
     files: list[Path] = []
-    with ThreadPoolExecutor(1, thread_name_prefix="weights-stage") as pool:
+    with ThreadPoolExecutor(1, thread_name_prefix="weights-check") as pool:
         pending: Future | None = None
         for bucket, data in zip(update.manifest, received):
             if pending is not None:
                 files.append(pending.result())  # raises the previous bucket's WeightIntegrityError
-            pending = pool.submit(_check_and_write, directory / bucket.file, update, bucket, data)
+            pending = pool.submit(_check, directory / bucket.file, update, bucket, data)
         if pending is not None:
             files.append(pending.result())
     return files
 
 
-def _check_and_write(target: Path, update: WeightUpdate, bucket: Any, data: memoryview) -> Path:
+def _check(target: Path, update: WeightUpdate, bucket: Any, data: memoryview) -> Path:
     check_bucket(update, bucket, len(data), hashlib.sha256(data).hexdigest(),
                  lambda: read_header(bytes(data[:_header_end(data)])))
-    target.write_bytes(data)  # only bytes that are the announced ones reach the staging directory
     return target
 
 

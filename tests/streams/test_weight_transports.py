@@ -331,3 +331,18 @@ def test_a_broadcast_version_is_staged_in_memory_only_where_it_fits(tmp_path, mo
     assert broadcast.in_memory(version(room // 2 + 1), "/staging") == "/staging"  # twice over does not fit
     monkeypatch.setattr(broadcast, "MEMORY_ROOT", str(tmp_path / "none"))  # no tmpfs on this system
     assert broadcast.in_memory(version(1), "/staging") == "/staging"
+
+
+def test_a_broadcast_bucket_not_the_announced_one_refuses_the_version_and_leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(broadcast, "MEMORY_ROOT", str(tmp_path / "none"))  # staged under tmp_path: we can look
+    store = broadcast.host_store("127.0.0.1", 0, 10)
+    buckets = to_buckets(state_tensors(build_model(ModelSpec(seed=7))), 20_000)
+    update = announce_buckets("policy", 4, manifest_of(buckets), transport="broadcast",
+                              rendezvous=f"127.0.0.1:{store.port}")
+    sent = list(buckets)
+    sent[1] = sent[1][:-1] + bytes([sent[1][-1] ^ 1])  # one bit of the second bucket flipped on the way
+    trainer = broadcast_round(store, sent, 4, expected=1, timeout_s=1.0)
+    with pytest.raises(WeightIntegrityError, match="bucket-0001.safetensors: sha256") as e:
+        receive_broadcast(update, 3, str(tmp_path))
+    trainer["thread"].join(30)  # its send times out: the worker left
+    assert e.value.reason == "checksum" and list(tmp_path.iterdir()) == []
