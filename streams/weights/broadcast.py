@@ -374,10 +374,22 @@ def in_memory(update: WeightUpdate, staging_root: str | None) -> str | None:
     over, else `staging_root`. It is loaded right after and removed, so writing it to a disk would be
     waste; and the engines take files, which memory files are too."""
     try:
-        room = shutil.disk_usage(MEMORY_ROOT).free
+        room = memory_room()
     except OSError:  # no such directory (macOS, Windows)
         return staging_root
     return MEMORY_ROOT if room > 2 * update.total_bytes else staging_root
+
+
+def memory_room() -> int:
+    """Bytes free in MEMORY_ROOT, and no more than the memory available: a tmpfs is sized like the
+    machine's memory, not like what other processes leave of it, and its pages are not reclaimable."""
+    room = shutil.disk_usage(MEMORY_ROOT).free
+    try:
+        with open("/proc/meminfo") as f:
+            available = next(int(line.split()[1]) << 10 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return room
+    return min(room, available)
 
 
 def _receive_into(directory: Path, update: WeightUpdate, store_timeout_s: float, token: str) -> list[Path]:
