@@ -17,10 +17,8 @@ import hashlib
 import hmac
 import json
 import logging
-import mmap
 import os
 import secrets
-import shutil
 import threading
 import time
 import warnings
@@ -40,7 +38,7 @@ from undertow.streams.producer import RecordProducer
 from .api import Lost, Published, Receiving, Sending, Settings, Transport, publish_weights, transports
 from .files import Files, FilesSender
 from .ready import Staged
-from .staging import bucket_file, check_bucket, describe, name_of, staging_directory
+from .staging import bucket_file, check_bucket, describe, file_buffer, in_memory, name_of, staging_directory
 
 if TYPE_CHECKING:
     import torch.distributed as dist
@@ -205,14 +203,6 @@ def receive(pg: dist.ProcessGroup, buffers: Iterable[memoryview]) -> Iterator[me
         yield buffer
 
 
-def file_buffer(target: Path, size: int) -> memoryview:
-    """A writable view of a new file of `size` bytes (memory-mapped): what is received into it is in
-    the file, with no copy."""
-    with open(target, "w+b") as f:
-        f.truncate(size)
-        return memoryview(mmap.mmap(f.fileno(), size)) if size else memoryview(bytearray())
-
-
 def joined(store: dist.TCPStore, version: int) -> int:
     """How many workers tried to join version `version` so far, in time or late."""
     return store.add(f"v{version}/joined", 0)
@@ -364,32 +354,6 @@ def receive_broadcast(update: WeightUpdate, store_timeout_s: float, staging_root
     except _Late:
         return None
     return Staged(update.model, update.version, update.payload, files, directory, NAME)
-
-
-MEMORY_ROOT = "/dev/shm"  # a tmpfs on Linux: files there are memory
-
-
-def in_memory(update: WeightUpdate, staging_root: str | None) -> str | None:
-    """Where a broadcast version is staged: in memory (MEMORY_ROOT) when there is room for it twice
-    over, else `staging_root`. It is loaded right after and removed, so writing it to a disk would be
-    waste; and the engines take files, which memory files are too."""
-    try:
-        room = memory_room()
-    except OSError:  # no such directory (macOS, Windows)
-        return staging_root
-    return MEMORY_ROOT if room > 2 * update.total_bytes else staging_root
-
-
-def memory_room() -> int:
-    """Bytes free in MEMORY_ROOT, and no more than the memory available: a tmpfs is sized like the
-    machine's memory, not like what other processes leave of it, and its pages are not reclaimable."""
-    room = shutil.disk_usage(MEMORY_ROOT).free
-    try:
-        with open("/proc/meminfo") as f:
-            available = next(int(line.split()[1]) << 10 for line in f if line.startswith("MemAvailable:"))
-    except (OSError, StopIteration, ValueError, IndexError):
-        return room
-    return min(room, available)
 
 
 def _receive_into(directory: Path, update: WeightUpdate, store_timeout_s: float, token: str) -> list[Path]:

@@ -1,6 +1,6 @@
 """Staging a version's buckets locally and verifying each against its manifest entry (files, broadcast).
 
-Nothing here touches an engine: a version is staged whole (on disk, not in memory) and verified
+Nothing here touches an engine: a version is staged whole (as files: on disk, or in a memory filesystem for a broadcast) and verified
 before the worker loads it, so a bad one is refused while the engine keeps its weights. Staging
 also keeps a version the trainer garbage-collects mid-load: a hard link (or copy) outlives the file.
 """
@@ -8,6 +8,7 @@ also keeps a version the trainer garbage-collects mid-load: a hard link (or copy
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 import shutil
 import tempfile
@@ -98,3 +99,39 @@ def check_bucket(update: WeightUpdate, bucket: Bucket, size: int, digest: str,
 
 def name_of(update: WeightUpdate) -> str:
     return f"{update.model} v{update.version}"
+
+
+# A broadcast version is staged in memory where there is room: it is loaded right after, then removed.
+
+MEMORY_ROOT = "/dev/shm"  # a tmpfs on Linux: files there are memory
+
+
+def in_memory(update: WeightUpdate, staging_root: str | None) -> str | None:
+    """Where a broadcast version is staged: in memory (MEMORY_ROOT) when there is room for it twice
+    over, else `staging_root`. It is loaded right after and removed, so writing it to a disk would be
+    waste; and the engines take files, which memory files are too."""
+    try:
+        room = memory_room()
+    except OSError:  # no such directory (macOS, Windows)
+        return staging_root
+    return MEMORY_ROOT if room > 2 * update.total_bytes else staging_root
+
+
+def memory_room() -> int:
+    """Bytes free in MEMORY_ROOT, and no more than the memory available: a tmpfs is sized like the
+    machine's memory, not like what other processes leave of it, and its pages are not reclaimable."""
+    room = shutil.disk_usage(MEMORY_ROOT).free
+    try:
+        with open("/proc/meminfo") as f:
+            available = next(int(line.split()[1]) << 10 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return room
+    return min(room, available)
+
+
+def file_buffer(target: Path, size: int) -> memoryview:
+    """A writable view of a new file of `size` bytes (memory-mapped): what is received into it is in
+    the file, with no copy."""
+    with open(target, "w+b") as f:
+        f.truncate(size)
+        return memoryview(mmap.mmap(f.fileno(), size)) if size else memoryview(bytearray())

@@ -17,6 +17,7 @@ from undertow.schemas import Bucket, WeightIntegrityError, announce_buckets
 from undertow.streams.weights import (
     FilesSender, Sending, WeightsConfig, broadcast, check_announcement, fetch_files, manifest_of, transport_of,
 )
+from undertow.streams.weights import staging
 from undertow.streams.weights.broadcast import receive_broadcast
 from tests.helpers import wait_for
 
@@ -173,9 +174,9 @@ def broadcast_round(store, buckets, version, expected, join_timeout_s=5.0, timeo
 def test_broadcast_delivers_a_version_to_the_workers_that_joined(tmp_path, monkeypatch):
     memory = tmp_path / "memory"  # stands for /dev/shm
     memory.mkdir()
-    monkeypatch.setattr(broadcast, "MEMORY_ROOT", str(memory))
-    staging = tmp_path / "staging"
-    staging.mkdir()
+    monkeypatch.setattr(staging, "MEMORY_ROOT", str(memory))
+    disk = tmp_path / "staging"
+    disk.mkdir()
     store = broadcast.host_store("127.0.0.1", 0, 10)
     buckets = to_buckets(state_tensors(build_model(ModelSpec(seed=7))), 20_000)
     update = announce_buckets("policy", 4, manifest_of(buckets), transport="broadcast",
@@ -184,7 +185,7 @@ def test_broadcast_delivers_a_version_to_the_workers_that_joined(tmp_path, monke
     results: list = [None, None]
 
     def worker(i):
-        results[i] = receive_broadcast(update, 10, str(staging))
+        results[i] = receive_broadcast(update, 10, str(disk))
     workers = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(2)]
     for w in workers:
         w.start()
@@ -193,13 +194,13 @@ def test_broadcast_delivers_a_version_to_the_workers_that_joined(tmp_path, monke
     trainer["thread"].join(30)
     assert trainer == {**trainer, "size": 3, "sent": True}
     # Staged in memory, not on the disk under the worker's staging directory.
-    assert list(staging.iterdir()) == [] and {staged.directory.parent for staged in results} == {memory}
+    assert list(disk.iterdir()) == [] and {staged.directory.parent for staged in results} == {memory}
     for staged in results:
         engine = build_engine("transformers", ModelSpec())
         staged.load_into(engine)
         assert weights_of(engine) == weights_to_bytes(build_model(ModelSpec(seed=7)))
     # Late for a closed group: no place in it, and the files announcement brings the version.
-    assert receive_broadcast(update, 10, str(staging)) is None
+    assert receive_broadcast(update, 10, str(disk)) is None
 
 
 def test_a_worker_that_joins_and_dies_costs_the_sending_thread_a_timeout_not_training():
@@ -321,21 +322,21 @@ def test_what_an_announcement_carries_is_its_transports_to_say(transport, fields
 def test_a_broadcast_version_is_staged_in_memory_only_where_it_fits(tmp_path, monkeypatch):
     memory = tmp_path / "memory"
     memory.mkdir()
-    monkeypatch.setattr(broadcast, "MEMORY_ROOT", str(memory))
-    room = broadcast.memory_room()
+    monkeypatch.setattr(staging, "MEMORY_ROOT", str(memory))
+    room = staging.memory_room()
     assert 0 < room <= shutil.disk_usage(memory).free
 
     def version(total: int):
         bucket = Bucket(file="bucket-0000.safetensors", bytes=total, sha256="0" * 64, tensors=())
         return announce_buckets("policy", 1, [bucket], transport="broadcast", rendezvous="127.0.0.1:1")
-    assert broadcast.in_memory(version(room // 4), "/staging") == str(memory)
-    assert broadcast.in_memory(version(room // 2 + 1), "/staging") == "/staging"  # twice over does not fit
-    monkeypatch.setattr(broadcast, "MEMORY_ROOT", str(tmp_path / "none"))  # no tmpfs on this system
-    assert broadcast.in_memory(version(1), "/staging") == "/staging"
+    assert staging.in_memory(version(room // 4), "/staging") == str(memory)
+    assert staging.in_memory(version(room // 2 + 1), "/staging") == "/staging"  # twice over does not fit
+    monkeypatch.setattr(staging, "MEMORY_ROOT", str(tmp_path / "none"))  # no tmpfs on this system
+    assert staging.in_memory(version(1), "/staging") == "/staging"
 
 
 def test_a_broadcast_bucket_not_the_announced_one_refuses_the_version_and_leaves_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr(broadcast, "MEMORY_ROOT", str(tmp_path / "none"))  # staged under tmp_path: we can look
+    monkeypatch.setattr(staging, "MEMORY_ROOT", str(tmp_path / "none"))  # staged under tmp_path: we can look
     store = broadcast.host_store("127.0.0.1", 0, 10)
     buckets = to_buckets(state_tensors(build_model(ModelSpec(seed=7))), 20_000)
     update = announce_buckets("policy", 4, manifest_of(buckets), transport="broadcast",
