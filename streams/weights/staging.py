@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -48,7 +49,9 @@ def manifest_of(buckets: list[bytes]) -> list[Bucket]:
 @contextmanager
 def staging_directory(update: WeightUpdate, staging_root: str | None) -> Iterator[Path]:
     """A fresh directory for `update`'s version, removed again if staging fails."""
-    directory = Path(tempfile.mkdtemp(prefix=f"undertow-{update.model}-v{update.version}-", dir=staging_root))
+    # The process's id in the name: what a killed worker left is found and removed (sweep_dead).
+    prefix = f"undertow-{update.model}-v{update.version}-p{os.getpid()}-"
+    directory = Path(tempfile.mkdtemp(prefix=prefix, dir=staging_root))
     try:
         yield directory
     except BaseException:
@@ -111,10 +114,30 @@ def in_memory(update: WeightUpdate, staging_root: str | None) -> str | None:
     over, else `staging_root`. It is loaded right after and removed, so writing it to a disk would be
     waste; and the engines take files, which memory files are too."""
     try:
+        sweep_dead(Path(MEMORY_ROOT))
         room = memory_room()
     except OSError:  # no such directory (macOS, Windows)
         return staging_root
     return MEMORY_ROOT if room > 2 * update.total_bytes else staging_root
+
+
+def sweep_dead(root: Path) -> None:
+    """Remove the staging directories under `root` of processes that no longer run (a worker killed
+    while it held a version): in memory they would hold that memory until the machine restarts."""
+    for entry in root.glob("undertow-*-p*-*"):
+        pid = re.search(r"-p(\d+)-[^-]*$", entry.name)
+        if pid is not None and entry.is_dir() and not _running(int(pid.group(1))):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    return True
 
 
 def memory_room() -> int:

@@ -3,7 +3,10 @@ verifying, streaming into an engine, and every refusal leaving the engine's weig
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 
@@ -348,3 +351,19 @@ def test_a_broadcast_bucket_not_the_announced_one_refuses_the_version_and_leaves
         receive_broadcast(update, 3, str(tmp_path))
     trainer["thread"].join(30)  # its send times out: the worker left
     assert e.value.reason == "checksum" and list(tmp_path.iterdir()) == []
+
+
+def test_memory_staging_removes_what_killed_workers_left(tmp_path, monkeypatch):
+    memory = tmp_path / "memory"
+    memory.mkdir()
+    monkeypatch.setattr(staging, "MEMORY_ROOT", str(memory))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = memory / f"undertow-policy-v3-p{int(gone.stdout)}-k2j4x9"  # a worker SIGKILLed with v3 staged
+    live = memory / f"undertow-policy-v4-p{os.getpid()}-a8b7c6"  # ours, being received
+    for folder in (dead, live):
+        folder.mkdir()
+        (folder / "bucket-0000.safetensors").write_bytes(b"x" * 100)
+    update = announce_buckets("policy", 5, [Bucket(file="bucket-0000.safetensors", bytes=1, sha256="0" * 64,
+                                                   tensors=())], transport="broadcast", rendezvous="127.0.0.1:1")
+    assert staging.in_memory(update, "/staging") == str(memory)
+    assert sorted(memory.iterdir()) == [live]
