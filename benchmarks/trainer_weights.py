@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 import time
+import typing
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -145,42 +146,60 @@ def raw_broadcast(blob: bytes) -> float:
     return time.perf_counter() - started
 
 
-def main() -> None:
+def dtypes(text: str) -> list[str]:
+    """`--dtypes`: torch dtype names the model spec takes, comma-separated; a wrong one is named."""
+    allowed = typing.get_args(ModelSpec.model_fields["dtype"].annotation)
+    names = [name.strip() for name in text.split(",")]
+    for name in names:
+        if name not in allowed:
+            what = "a torch dtype the model spec does not take" if isinstance(getattr(torch, name, None), torch.dtype) \
+                else "not a torch dtype"
+            raise argparse.ArgumentTypeError(f"{name!r} is {what} (choose from {', '.join(allowed)})")
+    return names
+
+
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", choices=sorted(MODELS), default="smollm2")
-    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--dtypes", type=dtypes, default="float32,bfloat16", help="torch dtype names, comma-separated")
     ap.add_argument("--transports", default="kafka,files,broadcast")
     ap.add_argument("--repeats", type=int, default=3)
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     from safetensors.torch import save
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp, benchmark_cluster(Path(tmp)) as settings:
-        for dtype in args.dtypes.split(","):
+        for dtype in args.dtypes:
             spec = MODELS[args.model].model_copy(update={"dtype": dtype})
             trainer_model = build_model(spec)
             tensors = state_tensors(trainer_model)
             blob = save(tensors)
             engine = build_engine("transformers", spec)
             for transport in args.transports.split(","):
-                timings, raws = [], []
+                timings, raws, loads = [], [], []
                 for r in range(args.repeats):
                     folder = Path(tmp) / f"{transport}-{dtype}-{r}"
                     folder.mkdir()
+                    loads.append(os.getloadavg()[0])  # the machine may be shared: the load beside each figure
                     timings.append(ours(settings, spec, tensors, engine, transport, folder, version=2 * r + 1))
                     raws.append({"kafka": lambda: raw_kafka(settings, blob, WeightsConfig().chunk_bytes),
                                  "files": lambda: raw_files(blob, folder),
                                  "broadcast": lambda: raw_broadcast(blob)}[transport]())
                     shutil.rmtree(folder, ignore_errors=True)
                 total, pause = min(timings)
-                rows.append((dtype, transport, len(blob), total, pause, min(raws)))
+                rows.append((dtype, transport, len(blob), total, pause, min(raws), max(loads)))
             del engine, trainer_model
     print(f"{args.model}: publish -> swapped in a worker's engine, best of {args.repeats}, "
           f"{os.cpu_count()} CPUs; raw: the same bytes moved the same way")
-    print(f"{'dtype':9} {'transport':10} {'MiB':>7} {'ours s':>8} {'raw s':>8} {'ratio':>6} {'pause s':>8}")
-    for dtype, transport, size, total, pause, raw in rows:
-        print(f"{dtype:9} {transport:10} {size / 2**20:7.1f} {total:8.3f} {raw:8.3f} {total / raw:6.2f} {pause:8.3f}")
-    print("target: ratio <= 1.3 for each transport")
+    print(f"{'dtype':9} {'transport':10} {'MiB':>7} {'ours s':>8} {'raw s':>8} {'ratio':>6} {'pause s':>8} {'load':>5}")
+    for dtype, transport, size, total, pause, raw, load in rows:
+        print(f"{dtype:9} {transport:10} {size / 2**20:7.1f} {total:8.3f} {raw:8.3f} {total / raw:6.2f} {pause:8.3f} "
+              f"{load:5.2f}")
+    print("target: ratio <= 1.3 for each transport; load: the highest 1-minute load average while measuring")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ leaves the model as it was.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,17 +42,22 @@ def to_buckets(tensors: Mapping[str, "torch.Tensor"], bucket_bytes: int,
                metadata: dict[str, str] | None = None) -> list[bytes]:
     """Safetensors blobs of at most `bucket_bytes` of tensor data each, in the tensors' order (a
     tensor larger than that is a bucket of its own); each carries `metadata`."""
+    return list(iter_buckets(tensors, bucket_bytes, metadata))
+
+
+def iter_buckets(tensors: Mapping[str, "torch.Tensor"], bucket_bytes: int,
+                 metadata: dict[str, str] | None = None) -> Iterator[bytes]:
+    """`to_buckets`, one bucket at a time (a caller can hash one while the next is copied)."""
     from safetensors.torch import save
 
-    buckets, current, size = [], {}, 0
+    current, size = {}, 0
     for name, t in tensors.items():
         nbytes = t.numel() * t.element_size()
         if current and size + nbytes > bucket_bytes:
-            buckets.append(save(current, metadata=metadata))
+            yield save(current, metadata=metadata)
             current, size = {}, 0
         current[name], size = t, size + nbytes
-    buckets.append(save(current, metadata=metadata))
-    return buckets
+    yield save(current, metadata=metadata)
 
 
 def read_header(blob: bytes) -> tuple[Header, dict[str, str]]:

@@ -94,7 +94,8 @@ class Receiving:
     """What a receiver is built with, once per worker."""
 
     model: str
-    staging_dir: str | None = None  # where versions are staged (None: the system's temporary directory)
+    staging_dir: str | None = None  # where versions are staged (None: the system's temporary directory);
+    # broadcast stages in memory first (broadcast.in_memory)
     caught_up: threading.Event = field(default_factory=threading.Event)  # set once the worker reads live
     join_groups: bool = True  # join a live group (broadcast); False for side consumers such as the evaluator
     timeout_s: float = 60.0  # longest wait on a live peer

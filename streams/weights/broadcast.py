@@ -22,7 +22,8 @@ import secrets
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,14 +31,14 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from undertow.kernel.disk import DiskFull
-from undertow.kernel.models.weights import read_header
-from undertow.schemas import MetricEvent, WeightIntegrityError, WeightUpdate, announce_buckets, verify_manifest
+from undertow.kernel.models.weights import iter_buckets, read_header
+from undertow.schemas import Bucket, MetricEvent, WeightIntegrityError, WeightUpdate, announce_buckets, verify_manifest
 from undertow.streams.producer import RecordProducer
 
 from .api import Lost, Published, Receiving, Sending, Settings, Transport, publish_weights, transports
 from .files import Files, FilesSender
 from .ready import Staged
-from .staging import check_bucket, manifest_of, name_of, staging_directory
+from .staging import bucket_file, check_bucket, describe, file_buffer, in_memory, name_of, staging_directory
 
 if TYPE_CHECKING:
     import torch.distributed as dist
@@ -192,15 +193,14 @@ def send(pg: dist.ProcessGroup, buckets: list[bytes]) -> None:
                 pg.broadcast(torch.frombuffer(blob, dtype=torch.uint8), 0).wait()
 
 
-def receive(pg: dist.ProcessGroup, sizes: list[int]) -> Iterator[memoryview]:
-    """Other ranks: the buckets' bytes, one at a time (each valid until the next is asked for)."""
+def receive(pg: dist.ProcessGroup, buffers: Iterable[memoryview]) -> Iterator[memoryview]:
+    """Other ranks: the buckets' bytes, each into the writable buffer given for it, one at a time."""
     import torch
 
-    for size in sizes:
-        buffer = torch.empty(size, dtype=torch.uint8)
-        if size:
-            pg.broadcast(buffer, 0).wait()
-        yield memoryview(buffer.numpy())
+    for buffer in buffers:
+        if len(buffer):
+            pg.broadcast(torch.frombuffer(buffer, dtype=torch.uint8), 0).wait()
+        yield buffer
 
 
 def joined(store: dist.TCPStore, version: int) -> int:
@@ -209,6 +209,18 @@ def joined(store: dist.TCPStore, version: int) -> int:
 
 
 # The trainer's end.
+
+@dataclasses.dataclass
+class Packed:
+    """A version's buckets (copies: training may go on) and their manifest entries, hashed on other
+    threads while the next buckets are copied."""
+
+    buckets: list[bytes]
+    entries: list[Future]
+
+    def manifest(self) -> list[Bucket]:
+        return [entry.result() for entry in self.entries]
+
 
 class BroadcastSender:
     """The buckets over a gloo group per version, from a thread; then files for the others."""
@@ -227,23 +239,32 @@ class BroadcastSender:
         self.rendezvous = f"{bc.host}:{self.store.port}"
         self.last: int | None = None  # the version broadcast before
         self.rounds: list[dict[str, Any]] = []  # what each version's broadcast did (tests, metrics)
-        self._next: tuple[int, list[bytes]] | None = None
+        self._next: tuple[int, Packed] | None = None
         self._cond = threading.Condition()
         self._closing = False
         self.failure: DiskFull | None = None  # a round's files met a full disk
+        self._hashing = ThreadPoolExecutor(os.cpu_count() or 1, thread_name_prefix="weights-hash")
+        # The files of a version are written behind its broadcast, at a lower CPU priority: where trainer
+        # and workers share a machine, the workers' swap goes first.
+        self._writer = ThreadPoolExecutor(1, thread_name_prefix="weights-files", initializer=_yield_cpu)
+        self._writing: Future | None = None
         self._thread = threading.Thread(target=self._serve, name="weights-broadcast", daemon=True)
         self._thread.start()
 
-    def pack(self, tensors: dict[str, Any], metadata: dict[str, str] | None) -> list[bytes]:
-        return self.files.pack(tensors, metadata)
+    def pack(self, tensors: dict[str, Any], metadata: dict[str, str] | None) -> Packed:
+        packed = Packed([], [])
+        for blob in iter_buckets(tensors, self.files.bucket_bytes, metadata):
+            packed.entries.append(self._hashing.submit(describe, bucket_file(len(packed.buckets)), blob))
+            packed.buckets.append(blob)
+        return packed
 
-    def publish(self, version: int, packed: list[bytes]) -> Published:
+    def publish(self, version: int, packed: Packed) -> Published:
         if self.failure is not None:
             raise self.failure
         with self._cond:  # a version not yet started is superseded by a newer one
             self._next = (version, packed)
             self._cond.notify_all()
-        return Published(version, sum(len(b) for b in packed), 0, NAME)
+        return Published(version, sum(len(b) for b in packed.buckets), 0, NAME)
 
     def close(self) -> None:
         with self._cond:
@@ -251,8 +272,10 @@ class BroadcastSender:
             self._cond.notify_all()
         bc = self.s.cfg.broadcast
         self._thread.join(timeout=bc.join_timeout_s + bc.timeout_s + 600)
+        self._writer.shutdown()
         self.producer.flush()
         self.producer.close()
+        self._hashing.shutdown()
 
     def _serve(self) -> None:
         while True:
@@ -261,18 +284,20 @@ class BroadcastSender:
                     self._cond.wait()
                 if self._next is None:
                     return
-                (version, buckets), self._next = self._next, None
+                (version, packed), self._next = self._next, None
             try:
-                self._round(version, buckets)
+                self._round(version, packed)
             except DiskFull as e:  # the trainer's next publish raises it: a full disk stops the trainer
                 log.error("%s", e)
                 self.failure = e
             except Exception:  # never lose the thread: the next version tries again
                 log.exception("weights %s v%d: broadcast round failed", self.s.model, version)
 
-    def _round(self, version: int, buckets: list[bytes]) -> None:
+    def _round(self, version: int, packed: Packed) -> None:
         s, bc = self.s, self.s.cfg.broadcast
-        manifest = manifest_of(buckets)
+        buckets, manifest = packed.buckets, packed.manifest()
+        if self._writing is not None:  # the files of the version before are announced before this one
+            self._writing.result()
         announcement = announce_buckets(s.model, version, manifest, transport=NAME, rendezvous=self.rendezvous,
                                         payload=s.payload, tokenizer=s.tokenizer)
         publish_weights(self.producer, s.topics.weights, [announcement])
@@ -299,8 +324,19 @@ class BroadcastSender:
         self.producer.send(s.topics.metrics, MetricEvent(component=METRICS_COMPONENT, step=version, values={
             "broadcast_members": float(size - 1), "broadcast_expected": float(expected),
             "broadcast_sent": float(sent), "broadcast_s": seconds}), key=METRICS_COMPONENT)
-        self.files.write(version, buckets, manifest)
-        publish_weights(self.producer, s.topics.weights, [self.files.announcement(version, manifest)])
+        self._writing = self._writer.submit(self._fallback, version, buckets, manifest)
+
+    def _fallback(self, version: int, buckets: list[bytes], manifest: list[Bucket]) -> None:
+        """The version's files and their announcement: for the workers that were late or are yet to
+        start, and for side consumers. A full disk is the trainer's to raise (its next publish)."""
+        try:
+            self.files.write(version, buckets, manifest)
+            publish_weights(self.producer, self.s.topics.weights, [self.files.announcement(version, manifest)])
+        except DiskFull as e:
+            log.error("%s", e)
+            self.failure = e
+        except Exception:
+            log.exception("weights %s v%d: writing the files failed", self.s.model, version)
 
 
 # The worker's end.
@@ -313,7 +349,7 @@ def receive_broadcast(update: WeightUpdate, store_timeout_s: float, staging_root
     assert update.manifest is not None and update.rendezvous is not None
     verify_manifest(update)
     try:
-        with staging_directory(update, staging_root) as directory:
+        with staging_directory(update, in_memory(update, staging_root)) as directory:
             files = _receive_into(directory, update, store_timeout_s, run_token() if token is None else token)
     except _Late:
         return None
@@ -329,19 +365,44 @@ def _receive_into(directory: Path, update: WeightUpdate, store_timeout_s: float,
             raise _Late
         rank, size, prefix = member
         pg = group(store, prefix, rank, size, store_timeout_s)
-        files = []
-        for bucket, data in zip(update.manifest, receive(pg, [b.bytes for b in update.manifest])):
-            target = directory / bucket.file
-            target.write_bytes(data)
-            check_bucket(update, bucket, len(data), hashlib.sha256(data).hexdigest(),
-                         lambda: read_header(bytes(data[:_header_end(data)])))
-            files.append(target)
-        return files
+        buffers = (file_buffer(directory / bucket.file, bucket.bytes) for bucket in update.manifest)
+        return _check_while_receiving(directory, update, receive(pg, buffers))
     except (WeightIntegrityError, _Late):
         raise
     except Exception as e:  # torch.distributed's errors (timeouts, a closed peer) and the rest alike
         raise WeightIntegrityError(f"{name_of(update)}: broadcast from {update.rendezvous} failed "
                                    f"({type(e).__name__}: {e})", "broadcast") from None
+
+
+def _check_while_receiving(directory: Path, update: WeightUpdate, received: Iterator[memoryview]) -> list[Path]:
+    """Check each bucket, received straight into its staged file, on a helper thread while the next
+    one arrives: the sender is never held up by our hashing (sha256 releases the GIL). A bucket that
+    fails its check fails the whole version: staging_directory removes the files."""
+    assert update.manifest is not None
+    files: list[Path] = []
+    with ThreadPoolExecutor(1, thread_name_prefix="weights-check") as pool:
+        pending: Future | None = None
+        for bucket, data in zip(update.manifest, received):
+            if pending is not None:
+                files.append(pending.result())  # raises the previous bucket's WeightIntegrityError
+            pending = pool.submit(_check, directory / bucket.file, update, bucket, data)
+        if pending is not None:
+            files.append(pending.result())
+    return files
+
+
+def _check(target: Path, update: WeightUpdate, bucket: Any, data: memoryview) -> Path:
+    check_bucket(update, bucket, len(data), hashlib.sha256(data).hexdigest(),
+                 lambda: read_header(bytes(data[:_header_end(data)])))
+    return target
+
+
+def _yield_cpu() -> None:
+    """Lower the calling thread's CPU priority (Linux: niceness is per thread); elsewhere nothing."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+    except (OSError, AttributeError):
+        pass
 
 
 def _loopback(host: str) -> bool:

@@ -54,9 +54,12 @@ class FilesSender:
         self.base_uri = f"{uri.rstrip('/')}/{own}"
 
     def pack(self, tensors: dict[str, Any], metadata: dict[str, str] | None) -> list[bytes]:
+        return to_buckets(tensors, self.bucket_bytes, metadata)
+
+    @property
+    def bucket_bytes(self) -> int:
         # An adapter is applied whole (peft), so it is one bucket however large.
-        size = self.s.cfg.bucket_bytes if self.s.payload == "full" else 1 << 62
-        return to_buckets(tensors, size, metadata)
+        return self.s.cfg.bucket_bytes if self.s.payload == "full" else 1 << 62
 
     def publish(self, version: int, packed: list[bytes]) -> Published:
         manifest = self.write(version, packed)

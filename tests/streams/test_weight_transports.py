@@ -3,6 +3,10 @@ verifying, streaming into an engine, and every refusal leaving the engine's weig
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 import threading
 import time
 
@@ -12,10 +16,11 @@ import torch
 from undertow.kernel.models import ModelSpec, build_model, weights_to_bytes
 from undertow.kernel.models.weights import load_weight_files, state_tensors, to_buckets
 from undertow.rollout.engines import build_engine
-from undertow.schemas import WeightIntegrityError, announce_buckets
+from undertow.schemas import Bucket, WeightIntegrityError, announce_buckets
 from undertow.streams.weights import (
     FilesSender, Sending, WeightsConfig, broadcast, check_announcement, fetch_files, manifest_of, transport_of,
 )
+from undertow.streams.weights import staging
 from undertow.streams.weights.broadcast import receive_broadcast
 from tests.helpers import wait_for
 
@@ -169,7 +174,12 @@ def broadcast_round(store, buckets, version, expected, join_timeout_s=5.0, timeo
     return out
 
 
-def test_broadcast_delivers_a_version_to_the_workers_that_joined(tmp_path):
+def test_broadcast_delivers_a_version_to_the_workers_that_joined(tmp_path, monkeypatch):
+    memory = tmp_path / "memory"  # stands for /dev/shm
+    memory.mkdir()
+    monkeypatch.setattr(staging, "MEMORY_ROOT", str(memory))
+    disk = tmp_path / "staging"
+    disk.mkdir()
     store = broadcast.host_store("127.0.0.1", 0, 10)
     buckets = to_buckets(state_tensors(build_model(ModelSpec(seed=7))), 20_000)
     update = announce_buckets("policy", 4, manifest_of(buckets), transport="broadcast",
@@ -178,7 +188,7 @@ def test_broadcast_delivers_a_version_to_the_workers_that_joined(tmp_path):
     results: list = [None, None]
 
     def worker(i):
-        results[i] = receive_broadcast(update, 10, str(tmp_path))
+        results[i] = receive_broadcast(update, 10, str(disk))
     workers = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(2)]
     for w in workers:
         w.start()
@@ -186,12 +196,14 @@ def test_broadcast_delivers_a_version_to_the_workers_that_joined(tmp_path):
         w.join(30)
     trainer["thread"].join(30)
     assert trainer == {**trainer, "size": 3, "sent": True}
+    # Staged in memory, not on the disk under the worker's staging directory.
+    assert list(disk.iterdir()) == [] and {staged.directory.parent for staged in results} == {memory}
     for staged in results:
         engine = build_engine("transformers", ModelSpec())
         staged.load_into(engine)
         assert weights_of(engine) == weights_to_bytes(build_model(ModelSpec(seed=7)))
     # Late for a closed group: no place in it, and the files announcement brings the version.
-    assert receive_broadcast(update, 10, str(tmp_path)) is None
+    assert receive_broadcast(update, 10, str(disk)) is None
 
 
 def test_a_worker_that_joins_and_dies_costs_the_sending_thread_a_timeout_not_training():
@@ -308,3 +320,50 @@ def test_what_an_announcement_carries_is_its_transports_to_say(transport, fields
     assert e.value.reason == "invalid"
     check_announcement(announce_buckets("policy", 1, [], transport="broadcast", rendezvous="h:1", uri="file:///w"),
                        transport_of("broadcast"), "broadcast")  # broadcast may name its files too
+
+
+def test_a_broadcast_version_is_staged_in_memory_only_where_it_fits(tmp_path, monkeypatch):
+    memory = tmp_path / "memory"
+    memory.mkdir()
+    monkeypatch.setattr(staging, "MEMORY_ROOT", str(memory))
+    room = staging.memory_room()
+    assert 0 < room <= shutil.disk_usage(memory).free
+
+    def version(total: int):
+        bucket = Bucket(file="bucket-0000.safetensors", bytes=total, sha256="0" * 64, tensors=())
+        return announce_buckets("policy", 1, [bucket], transport="broadcast", rendezvous="127.0.0.1:1")
+    assert staging.in_memory(version(room // 4), "/staging") == str(memory)
+    assert staging.in_memory(version(room // 2 + 1), "/staging") == "/staging"  # twice over does not fit
+    monkeypatch.setattr(staging, "MEMORY_ROOT", str(tmp_path / "none"))  # no tmpfs on this system
+    assert staging.in_memory(version(1), "/staging") == "/staging"
+
+
+def test_a_broadcast_bucket_not_the_announced_one_refuses_the_version_and_leaves_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(staging, "MEMORY_ROOT", str(tmp_path / "none"))  # staged under tmp_path: we can look
+    store = broadcast.host_store("127.0.0.1", 0, 10)
+    buckets = to_buckets(state_tensors(build_model(ModelSpec(seed=7))), 20_000)
+    update = announce_buckets("policy", 4, manifest_of(buckets), transport="broadcast",
+                              rendezvous=f"127.0.0.1:{store.port}")
+    sent = list(buckets)
+    sent[1] = sent[1][:-1] + bytes([sent[1][-1] ^ 1])  # one bit of the second bucket flipped on the way
+    trainer = broadcast_round(store, sent, 4, expected=1, timeout_s=1.0)
+    with pytest.raises(WeightIntegrityError, match="bucket-0001.safetensors: sha256") as e:
+        receive_broadcast(update, 3, str(tmp_path))
+    trainer["thread"].join(30)  # its send times out: the worker left
+    assert e.value.reason == "checksum" and list(tmp_path.iterdir()) == []
+
+
+def test_memory_staging_removes_what_killed_workers_left(tmp_path, monkeypatch):
+    memory = tmp_path / "memory"
+    memory.mkdir()
+    monkeypatch.setattr(staging, "MEMORY_ROOT", str(memory))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = memory / f"undertow-policy-v3-p{int(gone.stdout)}-k2j4x9"  # a worker SIGKILLed with v3 staged
+    live = memory / f"undertow-policy-v4-p{os.getpid()}-a8b7c6"  # ours, being received
+    for folder in (dead, live):
+        folder.mkdir()
+        (folder / "bucket-0000.safetensors").write_bytes(b"x" * 100)
+    update = announce_buckets("policy", 5, [Bucket(file="bucket-0000.safetensors", bytes=1, sha256="0" * 64,
+                                                   tensors=())], transport="broadcast", rendezvous="127.0.0.1:1")
+    assert staging.in_memory(update, "/staging") == str(memory)
+    assert sorted(memory.iterdir()) == [live]
