@@ -78,6 +78,8 @@ class RolloutConfig(BaseModel):
                                       "every episode of the batch in each turn's call)")
     workers: int = Field(1, ge=1, description="worker processes in the consumer group")
     consumer_group: str | None = Field(None, description="consumer group on the tasks topic (default <namespace>.rollout)")
+    max_inflight: int = Field(64, ge=1, le=65536, description="sequences a worker keeps in a continuously batching "
+                              "engine (vllm_async): the next task is admitted as soon as its group fits")
     max_staleness: int = Field(1, ge=0, description="policy versions a worker may lag the trainer's latest (0: on-policy)")
     experiences_per_version: int | None = Field(
         None, ge=1, description="B of AReaL's admission rule: by trainer version L a worker publishes at most "
