@@ -119,8 +119,12 @@ class ContinuousLoop:
         self.w.stats.tasks += 1
 
     def _commit(self, force: bool) -> None:
+        """Every COMMIT_EVERY_S, or `force`d when nothing runs: then the producer is flushed first, so
+        the last groups' acknowledgements are in (else the loop could end with them uncommitted)."""
         if not force and time.monotonic() - self.last_commit < COMMIT_EVERY_S:
             return
+        if force:
+            self.w.producer.flush()
         offsets = self.book.committable()
         if offsets:
             self.w.consumer.commit(offsets)  # flushes the producer first: a lost send raises here
