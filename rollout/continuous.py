@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 COMMIT_EVERY_S = 0.5  # commits flush the producer: not after every group
 METRIC_EVERY_S = 2.0  # one throughput metric per interval, not per group
+KEEP_ALIVE_S = 1.0  # a full engine takes no task: the consumer still polls (idle) this often to stay in its group
 
 
 @dataclass
@@ -50,7 +51,7 @@ class ContinuousLoop:
         self.sequences = 0  # samples of the running tasks: what sits in the engine
         self.admitted = 0
         self.window = _Window()
-        self.last_commit = time.monotonic()
+        self.last_commit = self.last_poll = time.monotonic()
 
     def run(self, stop: threading.Event, max_tasks: int | None, idle_timeout: float | None) -> None:
         last_work = time.monotonic()
@@ -69,6 +70,9 @@ class ContinuousLoop:
                     for future in done:
                         self._publish(future)
                         last_work = time.monotonic()
+                if time.monotonic() - self.last_poll > KEEP_ALIVE_S:
+                    self.w.consumer.idle(0)  # paused: a live member of the group, no record taken
+                    self.last_poll = time.monotonic()
                 self._commit(force=not self.running)
                 self._metric(force=not self.running)
 
@@ -81,6 +85,7 @@ class ContinuousLoop:
                     self.w._wait_for_trainer()  # idles the consumer, counts the wait
                 break
             got = self.w.consumer.poll(timeout_ms=0 if self.running else 200, max_records=1)
+            self.last_poll = time.monotonic()
             if not got:
                 break
             (delivery,) = got

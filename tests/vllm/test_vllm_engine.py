@@ -386,7 +386,7 @@ def test_drain_lets_the_in_flight_samples_finish_on_the_old_weights(async_engine
 
 # ---- the rollout worker with continuous batching (rollout/continuous.py) ----
 
-TASKS, GROUP = 40, 2
+TASKS, GROUP = 120, 2  # enough that a version published mid-run lands with groups in flight
 
 
 def committed_offsets(kafka, topics: Topics, group: str) -> dict[int, int]:
@@ -403,11 +403,14 @@ def committed_offsets(kafka, topics: Topics, group: str) -> dict[int, int]:
 
 @pytest.mark.broker
 def test_a_continuous_worker_killed_mid_stream_loses_nothing_and_repeats_nothing_committed(
-        async_engine, spec, kafka, namespace, tmp_path, monkeypatch):
+        async_engine, spec, original, kafka, namespace, tmp_path, monkeypatch):
     """The vllm_async rollout worker (rollout/continuous.py) SIGKILLed mid-stream in a process of its
     own, then restarted here on the module's engine: no task lost, none committed before the kill
     published again (those after it may be: their ids are deterministic, the trainer's dedupe trains
-    each once), every committed task's group complete on the topic at the kill."""
+    each once), every committed task's group complete on the topic at the kill. A version published
+    while the restarted worker generates is swapped in mid-run, its tokens labelled with it."""
+    import os
+    import signal
     import subprocess
     import sys
     from collections import Counter
@@ -416,7 +419,8 @@ def test_a_continuous_worker_killed_mid_stream_loses_nothing_and_repeats_nothing
     from undertow.rollout.worker import RolloutWorker
 
     rollout = {"engine": {"name": "vllm_async", "max_model_len": 512, "seed": 0, "max_inflight": 64},
-               "sampling": {"max_new_tokens": 128}, "reward": "numeric_match", "max_staleness": 0,
+               "sampling": {"max_new_tokens": 128}, "reward": "numeric_match",
+               "max_staleness": 1,  # 0 would hold new tasks back from v1's announcement and drain the engine
                "max_inflight": 8}  # 4 groups of 2 in the engine at once: the run lasts seconds
     path = write_config(tmp_path / "run.yaml", namespace, model=fields(spec), rollout=rollout)
     from undertow.rollout.config import rollout_group
@@ -430,12 +434,13 @@ def test_a_continuous_worker_killed_mid_stream_loses_nothing_and_repeats_nothing
             where[task.task_id] = (meta.partition, meta.offset)
 
     root = Path(__file__).parents[2]
-    proc = subprocess.Popen([sys.executable, "-m", "tests.vllm.continuous_worker", str(path), "w-killed"], cwd=root)
+    proc = subprocess.Popen([sys.executable, "-m", "tests.vllm.continuous_worker", str(path), "w-killed"], cwd=root,
+                            start_new_session=True)  # its own process group: vLLM's engine core dies with it
     try:  # killed once its first commit is in: mid-stream, with groups in the engine
-        wait_for(lambda: sum(committed_offsets(kafka, topics, group).values()) > 0, timeout=120,
+        wait_for(lambda: sum(committed_offsets(kafka, topics, group).values()) > 0, timeout=300,
                  what="a first commit from the first worker", proc=proc, every=0.1)
     finally:
-        proc.kill()  # SIGKILL: no close, no last commit
+        os.killpg(proc.pid, signal.SIGKILL)  # the worker and its engine core: no close, no last commit
         proc.wait()
     at_kill = committed_offsets(kafka, topics, group)
     before = Counter(e.experience_id for e in read_all(kafka, topics.raw, Experience))
@@ -445,7 +450,16 @@ def test_a_continuous_worker_killed_mid_stream_loses_nothing_and_repeats_nothing
     config, context = load_run(path, kafka)
     worker = RolloutWorker(config.rollout, context, "w-restarted")
     assert worker.continuous  # the engine said so, not its name
-    stats = worker.run(max_tasks=TASKS - sum(at_kill.values()), idle_timeout=30)
+    done = {}
+    thread = threading.Thread(target=lambda: done.update(
+        stats=worker.run(max_tasks=TASKS - sum(at_kill.values()), idle_timeout=30)), daemon=True)
+    thread.start()
+    wait_for(lambda: worker.stats.tasks >= 2, timeout=120, what="the restarted worker's first groups", every=0.05)
+    with RecordProducer(kafka) as producer:  # v1 (the same weights: only the labels change)
+        for c in chunk_weights(spec.name, 1, original, 64 << 10):
+            producer.send(topics.weights, c, key=spec.name)
+    thread.join(timeout=120)
+    stats = done["stats"]
 
     published = Counter(e.experience_id for e in read_all(kafka, topics.raw, Experience))
     expected = {f"c{i}/{j}" for i in range(TASKS) for j in range(GROUP)}
@@ -460,5 +474,13 @@ def test_a_continuous_worker_killed_mid_stream_loses_nothing_and_repeats_nothing
     for task_id, (partition, offset) in where.items():
         if offset < at_kill[partition]:
             assert all(before[f"{task_id}/{j}"] == 1 for j in range(GROUP)), task_id
-    assert stats.tasks == TASKS - sum(at_kill.values())
-    print(f"committed at the kill {at_kill}; {len(again)} groups published again; restarted worker {stats}")
+    assert stats.tasks == TASKS - sum(at_kill.values()) and stats.weight_swaps == 1
+    exps = read_all(kafka, topics.raw, Experience)
+    # The swap named its version inside the engine's pause (engine.at_version): tokens after it carry
+    # v1 (without that the engine's version stays 0). A sample spanning it needs a group in flight at
+    # that instant, which this tiny model's ~30-token samples rarely give; tests above pin spanning.
+    assert any(1 in e.token_versions for e in exps)
+    assert all(e.token_versions == sorted(e.token_versions) and e.policy_version == e.token_versions[0]
+               for e in exps if e.token_versions)
+    spanning = [e for e in exps if set(e.token_versions) == {0, 1}]
+    print(f"{len(spanning)} samples spanned the swap; committed at the kill {at_kill}; {len(again)} groups published again; restarted worker {stats}")
