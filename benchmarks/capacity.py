@@ -6,8 +6,8 @@ trainer idle fraction and mean staleness out (README, "Scaling out").
     python benchmarks/capacity.py --rollout-workers 8 --gen-per-s 400 --step-s 2.5 --batch 512 ...
 
 The simulation is event by event: each rollout worker generates batches at its measured rate, under
-the admission rule of rollout/admission.py (no more than (max_staleness + 1) x experiences_per_version
-published on one trainer version, never more than max_staleness versions behind), loading a new
+the admission rule of rollout/admission.py (no more than (L + max_staleness + 1) x experiences_per_version
+published by trainer version L, never more than max_staleness versions behind), loading a new
 version between batches (its swap pause); the processors are one queue served at their measured rate
 per worker; the trainer takes `batch` experiences, drops those staler than max_staleness, steps for
 its measured step time and announces the version after its measured publish time. Workers beyond
@@ -68,7 +68,7 @@ class Prediction:
 class _Worker:
     held: int = 0  # the version it generates with
     latest_seen: int = 0  # the newest announced version it knows
-    since_latest: int = 0  # experiences it published since it first saw latest_seen
+    published: int = 0  # experiences it published over the run (admission's N_r)
     busy: bool = False
 
 
@@ -127,19 +127,20 @@ class _Simulation:
         w, shape = self.workers[i], self.shape
         if w.busy:
             return
-        if w.latest_seen != self.announced:
-            w.latest_seen, w.since_latest = self.announced, 0
+        w.latest_seen = self.announced
         pause = 0.0
         if w.held < self.announced:  # the newest version, for its swap pause
             w.held, pause = self.announced, self.rates.swap_s
         cap = shape.experiences_per_version
-        if cap is not None and w.since_latest >= (shape.max_staleness + 1) * cap:
+        # AReaL's N_r <= (L + max_staleness + 1) * B, counted over the run (rollout/admission.py)
+        allowance = None if cap is None else (self.announced + shape.max_staleness + 1) * cap
+        if allowance is not None and w.published >= allowance:
             return  # over-production: wait for the next announced version
         n = shape.batch_experiences
         if cap is not None:  # admission cuts a batch to the room left, whole groups, at least one
-            room = (shape.max_staleness + 1) * cap - w.since_latest
+            room = allowance - w.published
             n = max(shape.group_size, min(n, math.ceil(room / shape.group_size) * shape.group_size))
-        w.busy, w.since_latest = True, w.since_latest + n
+        w.busy, w.published = True, w.published + n
         took = n / self.rates.gen_per_s * self.rng.uniform(1 - self.jitter, 1 + self.jitter)
         self.push(now + pause + took, "generated", i, w.held, n)
 

@@ -11,17 +11,22 @@ happens in two ways, and a generation is admitted only when neither holds:
    made now would be stale on arrival, so it waits for a newer verified version.
 2. Over-production: with fresh weights (v = L) a worker can still queue more data than the trainer
    eats before it moves max_staleness versions on; the tail of that queue would be stale when
-   trained. If the trainer takes about `experiences_per_version` of this worker's experiences per
-   announced version, at most (max_staleness + 1) * experiences_per_version experiences may be
-   published after the worker first sees version L; then it waits for L + 1. This is AReaL's rule
-   (Fu et al. 2025, "AReaL", staleness-aware rollout: N_r <= (i + eta + 1) * B), per worker and
-   counted from the latest version. `experiences_per_version = None` turns this part off.
+   trained. AReaL's rule (Fu et al. 2025, "AReaL", staleness-aware rollout: N_r <= (i + eta + 1) * B,
+   with N_r the rollouts so far, i the trainer's version, eta the staleness bound, B the batch)
+   bounds it, counted over the run and per worker: with B = `experiences_per_version` (what the
+   trainer takes of this worker's experiences per version), the worker publishes at most
+   (L - L0 + max_staleness + 1) * B experiences in all, L0 being the trainer version it first saw
+   (a worker that joins a long run late does not get the versions before it as credit). Counted
+   per version instead (a fresh (max_staleness + 1) * B at each new version, as this file did
+   before), a worker faster than the trainer published up to (max_staleness + 1) times what the
+   trainer takes, and the excess went stale. `experiences_per_version = None` turns this part off.
 
 Waiting is always for the trainer: a newer announced version releases both conditions. One valve:
-if the trainer announces nothing for `cap_wait_s` while a worker waits on (2), the budget starts
-again. The trainer may be idle exactly because it got nothing usable (processors dropped every
+if the trainer announces nothing for `cap_wait_s` while a worker waits on (2), it gets another
+(max_staleness + 1) * B on top (kept: the trainer ate those without moving on). The trainer may be idle exactly because it got nothing usable (processors dropped every
 group, e.g. DAPO dynamic sampling on a model that always scores 0); without the valve workers and
-trainer would wait for each other for ever. Staleness stays bounded: the trainer still drops stale data.
+trainer would wait for each other for ever. Staleness stays bounded: the trainer still drops stale data. A trainer that resumed from a checkpoint
+(L goes down) starts the count again from there.
 """
 
 from __future__ import annotations
@@ -31,22 +36,28 @@ from dataclasses import dataclass
 
 @dataclass
 class Admission:
-    """The worker's view of the trainer's progress and its own output since."""
+    """The worker's view of the trainer's progress and its own output since it first saw the trainer."""
 
     max_staleness: int
     experiences_per_version: int | None = None
-    cap_wait_s: float | None = None  # after this long capped on one version, the budget starts again
+    cap_wait_s: float | None = None  # after this long capped on one version, the valve adds a budget
     latest: int = 0  # highest version the trainer has announced (L)
     held: int = 0  # version of the weights the worker generates with (v)
-    published_since_latest: int = 0  # experiences published since `latest` was first seen
+    first_seen: int | None = None  # L0: the trainer version the count starts from
+    published_total: int = 0  # experiences published since `first_seen` (N_r)
+    valve_extra: int = 0  # experiences the valve added to the allowance
     capped_since: float | None = None  # when the budget ran out on `latest`
-    valve_opened: int = 0  # times the budget was renewed without a new version
+    valve_opened: int = 0  # times the valve added a budget without a new version
 
     def trainer_announced(self, version: int) -> None:
         """The trainer's newest version; lower than before when it resumed from a checkpoint."""
+        if self.first_seen is None:  # the count starts here
+            self.first_seen = version
+        elif version < self.latest:  # and starts again from a checkpoint's version
+            self.first_seen, self.published_total, self.valve_extra = version, 0, 0
         if version != self.latest:
-            self.latest = version
-            self.published_since_latest, self.capped_since = 0, None
+            self.capped_since = None
+        self.latest = version
 
     def weights_loaded(self, version: int) -> None:
         self.held = version
@@ -54,26 +65,33 @@ class Admission:
             self.trainer_announced(version)
 
     def published(self, experiences: int) -> None:
-        self.published_since_latest += experiences
+        self.published_total += experiences
 
-    def room(self) -> int | None:
-        """Experiences that may still be published on `latest` (None: no cap). A batch of tasks is
-        cut to it, as one task was admitted while anything was left: it may overshoot by one group."""
+    def allowance(self) -> int | None:
+        """(L - L0 + max_staleness + 1) * B (+ what the valve added): N_r's bound; None: no cap."""
         if self.experiences_per_version is None:
             return None
-        return max(0, (self.max_staleness + 1) * self.experiences_per_version - self.published_since_latest)
+        versions = self.latest - (self.latest if self.first_seen is None else self.first_seen)
+        return (versions + self.max_staleness + 1) * self.experiences_per_version + self.valve_extra
+
+    def room(self) -> int | None:
+        """Experiences that may still be published (None: no cap). A batch of tasks is cut to it, as one
+        task was admitted while anything was left: it may overshoot by one group."""
+        allowance = self.allowance()
+        return None if allowance is None else max(0, allowance - self.published_total)
 
     def reason_to_wait(self, now: float = 0.0) -> str | None:
         """None when a generation may start, else why not (for logs and metrics). `now`: seconds."""
         if self.latest - self.held > self.max_staleness:
             return f"holding v{self.held}, trainer at v{self.latest}: more than {self.max_staleness} behind"
-        if self.experiences_per_version is not None:
-            budget = (self.max_staleness + 1) * self.experiences_per_version
-            if self.published_since_latest >= budget:
-                if self.capped_since is None:
-                    self.capped_since = now
-                if self.cap_wait_s is None or now - self.capped_since < self.cap_wait_s:
-                    return f"published {self.published_since_latest} >= {budget} experiences on trainer v{self.latest}"
-                self.published_since_latest, self.capped_since = 0, None
-                self.valve_opened += 1
+        allowance = self.allowance()
+        if allowance is not None and self.published_total >= allowance:
+            if self.capped_since is None:
+                self.capped_since = now
+            if self.cap_wait_s is None or now - self.capped_since < self.cap_wait_s:
+                return (f"published {self.published_total} >= {allowance} experiences by trainer v{self.latest} "
+                        f"(counted from v{self.first_seen if self.first_seen is not None else 0})")
+            self.valve_extra += (self.max_staleness + 1) * self.experiences_per_version
+            self.capped_since = None
+            self.valve_opened += 1
         return None

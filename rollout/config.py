@@ -78,12 +78,16 @@ class RolloutConfig(BaseModel):
                                       "every episode of the batch in each turn's call)")
     workers: int = Field(1, ge=1, description="worker processes in the consumer group")
     consumer_group: str | None = Field(None, description="consumer group on the tasks topic (default <namespace>.rollout)")
+    max_inflight: int = Field(64, ge=1, le=65536, description="sequences a worker keeps in a continuously batching "
+                              "engine (vllm_async): the next task is admitted as soon as its group fits")
     max_staleness: int = Field(1, ge=0, description="policy versions a worker may lag the trainer's latest (0: on-policy)")
     experiences_per_version: int | None = Field(
-        None, ge=1, description="experiences a worker may publish per trainer version, times max_staleness+1 (null: no cap)")
+        None, ge=1, description="B of AReaL's admission rule: by trainer version L a worker publishes at most "
+                                "(L - L0 + max_staleness + 1) * B experiences, L0 the version it first saw (null: no cap)")
     cap_wait_s: float | None = Field(
         300.0, gt=0, description="seconds a capped worker waits for a new trainer version before its budget "
-                                 "starts again (the trainer may have had nothing to train on); null: wait for ever")
+                                 "grows by (max_staleness + 1) * B (the trainer may have had nothing to train on); "
+                                 "null: wait for ever")
     weights_wait_seconds: float = Field(0.05, gt=0, description="pause between checks while admission control waits")
 
     _check_engine = field_validator("engine")(lambda cls, v: checked_entry(engines, v))

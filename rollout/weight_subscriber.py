@@ -99,8 +99,9 @@ class WeightSubscriber(threading.Thread):
         or None when the engine refused it (names or shapes not the model's; its weights unchanged):
         then the rejected topic says why."""
         started = time.perf_counter()
+        at_version = getattr(engine, "at_version", None)  # an engine swapping in flight labels tokens inside the pause
         try:
-            ready.load_into(engine)
+            ready.load_into(engine if at_version is None else at_version(ready.version))
         except (ValueError, OSError) as e:  # not the model's tensors; staged files gone
             log.error("engine refused weights %s v%d: %s", ready.model, ready.version, e)
             self.refused.append(ready.version)

@@ -1,6 +1,9 @@
 """The rollout worker: tasks in, experiences out, weights swapped between generations.
 
-Per batch of up to `rollout.batch_tasks` ready tasks: generate every group in one engine call (a
+An engine that batches continuously (`continuous_batching`, the vllm_async engine) gets the
+continuous loop instead (continuous.py): up to `rollout.max_inflight` sequences in the engine, a
+task admitted as soon as its group fits, a group published as soon as it is done, offsets committed
+through a commit book, weights swapped while requests are in flight. Otherwise, per batch of up to `rollout.batch_tasks` ready tasks: generate every group in one engine call (a
 single-turn workflow; a multi-turn one plays every episode of the batch at once, one call per turn),
 score each, publish one Experience per sample keyed by group id once its task's episodes have all
 ended, wait for the acknowledgements, then commit the batch's offsets (at-least-once; ids are
@@ -20,6 +23,7 @@ from undertow.streams import Delivery, RecordConsumer, RecordProducer, RunContex
 
 from undertow.rollout.admission import Admission
 from undertow.rollout.config import RolloutConfig, rollout_group
+from undertow.rollout.continuous import ContinuousLoop
 from undertow.rollout.engines import build_engine
 from undertow.rollout.experiences import to_experiences
 from undertow.rollout.rewards import build_reward
@@ -54,7 +58,8 @@ class RolloutWorker:
         self.ctx = WorkflowContext(engine=self.engine, sampling=cfg.sampling, reward=reward,
                                    chat_template=cfg.chat_template)
         self.workflow = build_batch_workflow(cfg.workflow)
-        self.batch_tasks = cfg.batch_tasks
+        self.batch_tasks, self.max_inflight = cfg.batch_tasks, cfg.max_inflight
+        self.continuous = bool(getattr(self.engine, "continuous_batching", False))  # the engine says
         self.admission = Admission(cfg.max_staleness, cfg.experiences_per_version, cfg.cap_wait_s)
         self.wait_seconds = cfg.weights_wait_seconds
         self.producer = RecordProducer(settings)
@@ -78,6 +83,9 @@ class RolloutWorker:
         last_work = time.monotonic()
         try:
             self.subscriber.check()  # a trainer that tokenizes otherwise: refuse before generating anything
+            if self.continuous:
+                ContinuousLoop(self, self.max_inflight).run(stop, max_tasks, idle_timeout)
+                return self.stats
             while not stop.is_set() and (max_tasks is None or self.stats.tasks < max_tasks):
                 if not self._admitted(stop):
                     break
@@ -157,7 +165,7 @@ class RolloutWorker:
         except Exception as e:  # a batched workflow that fails as a whole fails each of its tasks
             outcomes = [e] * len(deliveries)
         sent = [exp for delivery, outcome in zip(deliveries, outcomes) for exp in self._experiences(delivery, outcome)
-                if self._publish(exp)]
+                if self._publish(exp) is not None]
         if sent:
             self._account(sent, time.time() - started, len(deliveries))
         # commit() flushes the producer first: every experience (and dead letter) of the batch is
@@ -183,23 +191,26 @@ class RolloutWorker:
                                  offset=delivery.offset, record_id=task.task_id)
             return []
 
-    def _publish(self, exp: Experience) -> bool:
-        """Send one experience; one larger than any reader accepts goes to the rejected topic instead
-        (past the Kafka message limit the producer would raise and stop the worker on every retry)."""
+    def _publish(self, exp: Experience) -> object | None:
+        """Send one experience (the future resolves when acknowledged); one larger than any reader accepts
+        goes to the rejected topic instead, and None comes back (past the Kafka message limit the producer
+        would raise and stop the worker on every retry)."""
         data = encode(exp)
         if len(data) > MAX_RECORD_BYTES:
             self.producer.reject(self.topics.rejected, stage="rollout", reason="too_large",
                                  detail=f"{len(data)} bytes > max_bytes {MAX_RECORD_BYTES}", original=data,
                                  key=exp.group_id.encode(), record_id=exp.experience_id)
-            return False
-        self.producer.send_bytes(self.topics.raw, data, key=exp.group_id)
-        return True
+            return None
+        return self.producer.send_bytes(self.topics.raw, data, key=exp.group_id)
 
-    def _account(self, experiences: list, seconds: float, tasks: int) -> None:
+    def _account(self, experiences: list, seconds: float, tasks: int, *, count_admission: bool = True) -> None:
+        """Stats and a metric for `experiences` published over `seconds`; `count_admission`: they were
+        not counted against admission's budget yet (the continuous loop counts them when admitted)."""
         tokens = sum(e.num_response_tokens for e in experiences)
         self.stats.experiences += len(experiences)
         self.stats.tokens += tokens
-        self.admission.published(len(experiences))
+        if count_admission:
+            self.admission.published(len(experiences))
         rewards = [e.reward for e in experiences]
         metric = MetricEvent(component=self.name, step=self.admission.held, values={
             "tokens_per_s": tokens / max(seconds, 1e-9), "reward_mean": sum(rewards) / len(rewards),

@@ -6,20 +6,31 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, JsonValue, ValidationInfo, field_validator
 
-from .base import Finite, Floats32, Id, LogProbs, Mask, Record, Text, TokenIds
+from .base import MAX_TOKENS, Finite, Floats32, Id, LogProbs, Mask, Packed, Record, Text, TokenIds
+from .versions import upgrader
 
 NonEmptyTokenIds = Annotated[TokenIds, Field(min_length=1)]
+Version = Annotated[int, Field(ge=0, le=2**31 - 1)]
+Versions = Annotated[list[Version], Field(max_length=MAX_TOKENS), Packed("<i4")]
 
 
 class Experience(Record):
     """One response to one task, sample `sample_index` of a group of `group_size`.
 
-    Per-token lists (`behaviour_logprobs`, `loss_mask`, `advantages`) are either empty, meaning
-    not recorded / all ones / not computed, or exactly as long as `response_tokens`.
+    Per-token lists (`behaviour_logprobs`, `loss_mask`, `advantages`, `token_versions`) are either
+    empty, meaning not recorded / all ones / not computed / every token of `policy_version`, or
+    exactly as long as `response_tokens`.
+
+    Versions (schema v2): `token_versions[i]` is the policy version of the weights that sampled
+    response token i; a sequence that spans an in-flight weight swap has several. `policy_version`
+    is then the OLDEST of them (checked): staleness is a property of the stalest token, so the
+    trainer's staleness rule and its rejected reason read `policy_version` alone. v1 records (one
+    version per response) are upgraded with every token given the record's policy_version.
     """
 
     kind: ClassVar[str] = "experience"
     id_field: ClassVar[str | None] = "experience_id"
+    schema_version: int = 2
 
     experience_id: Id
     task_id: Id
@@ -35,7 +46,8 @@ class Experience(Record):
     reward: Finite | None = None  # None: not scored yet
     reward_components: dict[str, Finite] = {}
     advantages: Floats32 = []
-    policy_version: Annotated[int, Field(ge=0)]  # required: staleness control depends on it
+    policy_version: Annotated[int, Field(ge=0)]  # required: staleness control depends on it; min(token_versions)
+    token_versions: Versions = []  # policy version that sampled each response token (v2)
     finish_reason: Literal["stop", "length", "abort"]  # required: "length" means truncated
     timestamps: dict[str, Finite] = {}  # stage name -> unix time the stage handled it
     priority: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 1.0
@@ -57,6 +69,17 @@ class Experience(Record):
             raise ValueError(f"length {len(values)} != response_tokens length {len(tokens)}")
         return values
 
+    @field_validator("token_versions")
+    @classmethod
+    def _oldest_is_the_policy_version(cls, versions: list[int], info: ValidationInfo) -> list[int]:
+        tokens, version = info.data.get("response_tokens"), info.data.get("policy_version")
+        if versions and tokens is not None and len(versions) != len(tokens):
+            raise ValueError(f"length {len(versions)} != response_tokens length {len(tokens)}")
+        if versions and version is not None and min(versions) != version:
+            raise ValueError(f"oldest token version {min(versions)} != policy_version {version} "
+                             f"(policy_version is the oldest token's)")
+        return versions
+
     @property
     def num_response_tokens(self) -> int:
         return len(self.response_tokens)
@@ -64,6 +87,17 @@ class Experience(Record):
     def mask(self) -> list[int]:
         """The effective loss mask: `loss_mask`, or all ones when it is empty."""
         return list(self.loss_mask) if self.loss_mask else [1] * len(self.response_tokens)
+
+    def versions(self) -> list[int]:
+        """Each response token's policy version: `token_versions`, or policy_version for all when empty."""
+        return list(self.token_versions) if self.token_versions else [self.policy_version] * len(self.response_tokens)
+
+
+@upgrader("experience", 1)
+def _one_version_per_token(fields: dict) -> dict:
+    """v1 -> v2: a v1 response was sampled by one policy version, so every token had the record's."""
+    n = len(fields.get("response_tokens") or [])
+    return {**fields, "token_versions": [fields["policy_version"]] * n}
 
 
 class PreferencePair(Record):

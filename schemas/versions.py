@@ -15,17 +15,11 @@ archive give them: per-token arrays the current class packs as lists, JSON field
 lists; a field the archive's current schema lacks, or that a newer version added, is absent or None.
 It returns the fields of the next version (`schema_version` is set for it).
 
-Example: the day Experience gets per-token behaviour versions (`token_versions`, one policy version
-per response token), its class says `schema_version: int = 2` and beside it:
-
-    @upgrader("experience", 1)
-    def _token_versions(fields: dict) -> dict:
-        # v1 recorded one policy version for the whole response: every token had it
-        n = len(fields.get("response_tokens") or [])
-        return {**fields, "token_versions": [fields["policy_version"]] * n}
-
-and tests/fixtures/schemas/v1/experience.bin must still decode (tests/schemas/test_versions.py does
-this with a test-only v2). The current records' bytes do not change: tests compare them with v1/.
+Example (the first real bump): Experience v2 gained per-token behaviour versions (`token_versions`,
+one policy version per response token); its class says `schema_version: int = 2` and beside it
+(schemas/experience.py) an `@upgrader("experience", 1)` gives every token of a v1 record the record's
+policy_version. tests/fixtures/schemas/v1/experience.bin (the bytes of before) still decodes, and
+v2/ holds the bytes of after (tests/schemas/test_versions.py).
 """
 
 from __future__ import annotations

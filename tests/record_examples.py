@@ -35,6 +35,7 @@ def make_examples() -> dict[str, Record]:
         reward_components={"correct": 1.0, "format": 0.1},
         advantages=[0.75, -0.125, 0.0],
         policy_version=3,
+        token_versions=[3, 4, 3],  # schema v2: a sequence that spans a swap; policy_version is the oldest
         finish_reason="stop",
         timestamps={"generated": T0 + 1, "scored": T0 + 2.5},
         priority=2.5,

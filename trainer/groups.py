@@ -81,10 +81,14 @@ def group_key(record: Record) -> tuple[str, int]:
 
 
 def check_experience(exp: Experience, version: int, max_staleness: int | None) -> IntakeVerdict:
-    """RL admission: fresh enough, with behaviour log-probs and advantages to learn from."""
+    """RL admission: fresh enough, with behaviour log-probs and advantages to learn from. Staleness is
+    the oldest token's: `policy_version` is the oldest of `token_versions` (schemas/experience.py), so a
+    sequence that spans a weight swap counts as old as its first span."""
     if max_staleness is not None and version - exp.policy_version > max_staleness:
-        return IntakeVerdict("stale", f"policy_version {exp.policy_version} is {version - exp.policy_version} steps "
-                                f"behind trainer step {version} (max_staleness {max_staleness})")
+        spans = sorted(set(exp.token_versions))
+        which = f" (oldest token's; tokens of v{', v'.join(map(str, spans))})" if len(spans) > 1 else ""
+        return IntakeVerdict("stale", f"policy_version {exp.policy_version}{which} is {version - exp.policy_version} "
+                                f"steps behind trainer step {version} (max_staleness {max_staleness})")
     if not exp.behaviour_logprobs:
         return IntakeVerdict("invalid", "behaviour_logprobs: empty; the rollout engine records them")
     if not exp.advantages:

@@ -47,7 +47,10 @@ class Sample:
 class Engine(Protocol):
     """What a workflow needs from a backend, and what the config rules ask of its class: the
     environment it runs in (`main`, or `vllm`: the interpreter `undertow run` starts its workers
-    with), the sampling it can record log-probs for, and whether it can apply adapter-only updates."""
+    with), the sampling it can record log-probs for, and whether it can apply adapter-only updates.
+    Optional capabilities, asked with getattr: `continuous_batching = True` (generate() may be called
+    from many threads at once, sharing one running batch: the worker's continuous loop) and
+    `at_version(v)` (the engine whose loads name version v, switched while generation is paused)."""
 
     tokenizer: Any
     environment: ClassVar[str]

@@ -83,6 +83,9 @@ class AsyncVLLMEngine:
     """vLLM's AsyncLLM with continuous batching and in-flight weight updates (module docstring)."""
 
     environment: ClassVar[str] = "vllm"
+    # generate() may be called from many threads at once; their requests share the running batch, so
+    # the rollout worker keeps the engine full (rollout/continuous.py) instead of batch by batch.
+    continuous_batching: ClassVar[bool] = True
 
     @classmethod
     def check_sampling(cls, params: SamplingParams) -> None:
@@ -291,6 +294,11 @@ class AsyncVLLMEngine:
         check_fits(files_shapes(paths), self.shapes)
         self._call(self._swap(lambda: self._reload("undertow_reload_files", [str(p) for p in paths]), version))
 
+    def at_version(self, version: int) -> "_AtVersion":
+        """This engine, whose loads name `version` (so the switch happens inside the pause): what a
+        weight subscriber hands a version's bytes or files to."""
+        return _AtVersion(self, version)
+
     async def _swap(self, load: Callable[[], Awaitable[None]], version: int | None) -> None:
         async with self._swap_lock:
             self._ready.clear()  # nothing new goes in; what is being sent is waited for below
@@ -341,3 +349,16 @@ class AsyncVLLMEngine:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
         self.loop.close()
+
+
+class _AtVersion:
+    """An engine's loads, each naming the version it brings (AsyncVLLMEngine.at_version)."""
+
+    def __init__(self, engine: AsyncVLLMEngine, version: int):
+        self.engine, self.version = engine, version
+
+    def load_weights(self, blob: bytes) -> None:
+        self.engine.load_weights(blob, version=self.version)
+
+    def load_weight_files(self, paths: list) -> None:
+        self.engine.load_weight_files(paths, version=self.version)

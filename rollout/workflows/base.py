@@ -43,6 +43,7 @@ class Trajectory:
     finish_reason: Literal["stop", "length", "abort"]
     reward_components: dict[str, float]
     metadata: dict[str, Any] = field(default_factory=dict)
+    versions: list[int] = field(default_factory=list)  # per response token (Sample.versions); empty: all the held one
 
 
 Workflow = Callable[[Task, WorkflowContext], list[Trajectory]]

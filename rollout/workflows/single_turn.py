@@ -46,6 +46,6 @@ def _scored(task: Task, ctx: WorkflowContext, text: str, tokens: list[int], samp
     return [
         Trajectory(prompt_text=text, prompt_tokens=tokens, response_text=s.text, response_tokens=s.tokens,
                    logprobs=s.logprobs, loss_mask=[1] * len(s.tokens), finish_reason=s.finish_reason,
-                   reward_components=ctx.reward(s.text, task))
+                   reward_components=ctx.reward(s.text, task), versions=s.versions)
         for s in samples
     ]

@@ -151,8 +151,8 @@ def test_wrong_schema_version_and_kind(worker):
                        f"{p}/v99/0": ("decode", "schema_too_new"),  # newer than this reader: older ones upgrade
                        f"{p}/kind": ("decode", "unknown_kind"), f"{p}/task": ("decode", "unexpected_kind")}
     details = {r.record_id: r.detail for r in out.rejected}
-    assert details[f"{p}/v0/0"] == "schema_version: expected 1, got 0"
-    assert details[f"{p}/v99/0"].startswith("schema_version: experience v99 is newer than this reader's v1")
+    assert details[f"{p}/v0/0"] == "schema_version: expected 1 to 2, got 0"  # experience v2: token_versions
+    assert details[f"{p}/v99/0"].startswith("schema_version: experience v99 is newer than this reader's v2")
     assert "got True" in details[f"{p}/v-bool/0"]  # True == 1 in Python, but not on the wire
 
 

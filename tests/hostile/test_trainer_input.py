@@ -56,7 +56,7 @@ def test_the_trainer_dead_letters_what_it_cannot_learn_from(kafka, ready):
     nan_adv = pack({**fields_of(ready_group("nan-adv", 1)[0]), "advantages": f32([float("nan")] * 3)})
     short = pack({**fields_of(ready_group("short", 1)[0]), "behaviour_logprobs": f32([-0.5] * 2)})
     hostile = [("garbage", b"\x00\xff not a record"), ("task", encode(Task(task_id="task", prompt="wrong topic"))),
-               ("v2", pack({**fields_of(ready_group("v2", 1)[0]), "schema_version": 2})),
+               ("v3", pack({**fields_of(ready_group("v3", 1)[0]), "schema_version": 3})),
                ("nan-adv", nan_adv), ("short", short), ("too-big", bytes(MAX_RECORD_BYTES + 1)),
                *[(e.group_id, e) for e in ready_group("stale", version=VERSION - MAX_STALENESS - 1)],
                *[(e.group_id, e) for e in ready_group("no-logprobs", 1, behaviour_logprobs=[])],
@@ -75,7 +75,7 @@ def test_the_trainer_dead_letters_what_it_cannot_learn_from(kafka, ready):
     # Keyed by record id where the trainer could read one, else by the message key.
     by_key = {r.record_id or (r.original_key or b"").decode(): r for r in dead}
     assert {k: r.reason for k, r in by_key.items()} == {
-        "garbage": "undecodable", "task": "unexpected_kind", "v2/0": "schema_too_new", "nan-adv/0": "invalid",
+        "garbage": "undecodable", "task": "unexpected_kind", "v3/0": "schema_too_new", "nan-adv/0": "invalid",
         "short/0": "invalid", "too-big": "too_large", "stale/0": "stale", "stale/1": "stale",
         "no-logprobs/0": "invalid", "no-advantages/0": "invalid"}
     assert "behaviour_logprobs: length 2 != response_tokens length 3" in by_key["short/0"].detail

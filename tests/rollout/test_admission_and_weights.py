@@ -28,34 +28,60 @@ def test_on_policy_waits_for_every_version():
     assert a.reason_to_wait() is None
 
 
-def test_admission_caps_experiences_per_trainer_version():
+def test_admission_counts_over_the_run_as_areal_does():
+    # AReaL's N_r <= (i + eta + 1) * B with eta = max_staleness = 1, B = 4, counted from v0.
     a = Admission(max_staleness=1, experiences_per_version=4)
+    a.trainer_announced(0)
     a.published(7)
-    assert a.reason_to_wait() is None          # 7 < (1 + 1) * 4
+    assert a.reason_to_wait() is None          # 7 < (0 + 1 + 1) * 4 = 8
     a.published(1)
-    assert "8 >= 8" in a.reason_to_wait()
-    a.trainer_announced(1)                      # the trainer moved: the budget starts again
-    assert a.reason_to_wait() is None and a.published_since_latest == 0
+    assert a.reason_to_wait() == "published 8 >= 8 experiences by trainer v0 (counted from v0)"
+    a.trainer_announced(1)                      # (1 + 2) * 4 = 12: room for 4 more, not a fresh 8
+    assert a.reason_to_wait() is None and a.room() == 4
+    a.published(4)
+    assert "12 >= 12" in a.reason_to_wait()
+    a.trainer_announced(3)                      # (3 + 2) * 4 = 20
+    assert a.room() == 8
+
+
+def test_a_fast_worker_publishes_what_the_trainer_takes_plus_the_staleness_lead():
+    # The bug this rule fixes: a worker that fills its budget at every version published
+    # (max_staleness + 1) * B per version, 3x what the trainer takes with max_staleness 2.
+    a = Admission(max_staleness=2, experiences_per_version=4)
+    a.trainer_announced(0)
+    total = 0
+    for version in range(10):
+        a.trainer_announced(version)
+        total += a.room()
+        a.published(a.room())                   # the worker is always faster: it fills the budget
+    # (9 + 2 + 1) * 4 = 48 by v9: the trainer took 10 * 4 = 40 (v0..v9), the lead is 8 = 2 * 4.
+    # Counted per version it was 10 * (2 + 1) * 4 = 120.
+    assert total == 48
+
+
+def test_a_worker_that_joins_late_gets_no_credit_for_versions_before_it():
+    a = Admission(max_staleness=1, experiences_per_version=4)
+    a.trainer_announced(5)
+    assert a.room() == 8                        # (5 - 5 + 1 + 1) * 4, not (5 + 2) * 4 = 28
+    a.published(8)
+    a.trainer_announced(6)
+    assert a.room() == 4
 
 
 def test_a_capped_worker_goes_on_when_the_trainer_announces_nothing_for_cap_wait_s():
     a = Admission(max_staleness=0, experiences_per_version=4, cap_wait_s=60)
+    a.trainer_announced(0)
     a.published(4)
-    assert a.reason_to_wait(now=100.0) is not None   # capped from t=100
+    assert a.reason_to_wait(now=100.0) is not None   # capped from t=100: 4 >= (0 + 0 + 1) * 4
     assert a.reason_to_wait(now=159.0) is not None
-    assert a.reason_to_wait(now=160.0) is None       # the trainer said nothing for 60 s: a new budget
-    assert a.valve_opened == 1 and a.published_since_latest == 0
+    assert a.reason_to_wait(now=160.0) is None       # the trainer said nothing for 60 s: 4 more
+    assert a.valve_opened == 1 and a.room() == 4
     a.published(4)
     assert a.reason_to_wait(now=161.0) is not None   # and the clock starts again
     a.trainer_announced(1)
     a.weights_loaded(1)
-    assert a.reason_to_wait(now=162.0) is None and a.capped_since is None
-
-
-def test_without_cap_wait_a_capped_worker_waits_for_the_trainer():
-    a = Admission(max_staleness=0, experiences_per_version=4)
-    a.published(4)
-    assert a.reason_to_wait(now=0.0) is not None and a.reason_to_wait(now=1e9) is not None
+    # (1 + 0 + 1) * 4 + the valve's 4 = 12, 8 published
+    assert a.reason_to_wait(now=162.0) is None and a.capped_since is None and a.room() == 4
 
 
 def chunks(version: int, blob: bytes):
@@ -77,13 +103,14 @@ def test_assembler_and_admission_follow_a_trainer_that_resumed_from_a_checkpoint
     assert [asm.add(c) for c in chunks(3, b"weights3")][-1].version == 3
     adm.weights_loaded(3)
     adm.published(8)
-    assert adm.reason_to_wait() is not None  # the budget of (1 + 1) * 4 is used up on v3
+    assert adm.reason_to_wait() is not None  # (3 - 3 + 1 + 1) * 4 = 8, counted from v3, is used up
     # The trainer died after publishing v3 and resumed from its step-2 checkpoint.
     rewound = [asm.add(c) for c in chunks(2, b"resumed2")]
     assert rewound[-1].version == 2 and rewound[-1].blob == b"resumed2"
     adm.trainer_announced(2)
     adm.weights_loaded(2)
-    assert adm.held == 2 and adm.reason_to_wait() is None  # follows it back; the budget starts again
+    assert adm.held == 2 and adm.reason_to_wait() is None  # follows it back; the count starts again from v2
+    assert adm.room() == 8
     assert [asm.add(c) for c in chunks(3, b"retrained3")][-1].blob == b"retrained3"
 
 

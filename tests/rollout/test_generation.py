@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -131,6 +133,22 @@ def test_experience_ids_are_deterministic_and_group_size_is_checked(engine):
     assert exps[0].timestamps == {"created": task.created_at, "generated": 5.0} and exps[0].policy_version == 4
     with pytest.raises(ValueError, match="group_size"):
         to_experiences(task.model_copy(update={"group_size": 3}), flow(task, ctx), policy_version=0, worker="w")
+
+
+def test_each_token_gets_its_policy_version(engine):
+    """The transformers engine says nothing per token: every token is of the version held (4). A
+    trajectory whose tokens span a swap (versions 4, 5, 5: what the async vLLM engine records) keeps
+    them, and its policy_version is the oldest, 4, even when the worker now holds 5."""
+    ctx = WorkflowContext(engine=engine, sampling=SamplingParams(max_new_tokens=3), reward=build_reward("numeric_match"))
+    task = Task(task_id="v", prompt="1+1", answer="2", group_size=2)
+    plain = build_workflow("single_turn")(task, ctx)
+    exps = to_experiences(task, plain, policy_version=4, worker="w")
+    assert [e.token_versions for e in exps] == [[4] * e.num_response_tokens for e in exps]
+    spanning = [replace(plain[0], response_tokens=[1, 2, 3], logprobs=[-1.0] * 3, loss_mask=[1] * 3,
+                        versions=[4, 5, 5]), plain[1]]
+    first = to_experiences(task, spanning, policy_version=5, worker="w")[0]
+    assert (first.token_versions, first.policy_version) == ([4, 5, 5], 4)
+    assert decode(encode(first)) == first
 
 
 def test_reference_workflow_emits_the_answer_with_policy_logprobs(engine):

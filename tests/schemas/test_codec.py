@@ -12,6 +12,7 @@ from undertow.schemas import (
     SCHEMA_VERSION,
     DecodeError,
     Experience,
+    current_version,
     Record,
     Task,
     decode,
@@ -67,7 +68,8 @@ def test_round_trip(examples, kind):
 def test_wire_is_a_map_with_kind_and_packed_arrays(examples):
     payload = wire(examples["experience"])
     assert payload["kind"] == "experience"
-    assert payload["schema_version"] == SCHEMA_VERSION
+    assert payload["schema_version"] == 2  # experience v2: per-token behaviour versions
+    assert payload["token_versions"] == i32([3, 4, 3])
     assert payload["response_tokens"] == i32([1018, 102, 7])
     assert payload["loss_mask"] == u8([1, 0, 1])
     assert payload["behaviour_logprobs"] == f32([-0.5, -0.25, -1.5])
@@ -90,6 +92,7 @@ def test_experience_with_1000_tokens_is_compact(examples):
             "behaviour_logprobs": [-(i % 97) / 64 for i in range(n)],  # fp32-exact
             "loss_mask": [i % 2 for i in range(n)],
             "advantages": [],
+            "token_versions": [],  # empty: every token of policy_version (a per-token list adds 4 B/token)
         }
     )
     data = encode(exp)
@@ -193,16 +196,16 @@ def test_wrong_schema_version(examples, version):
         payload["schema_version"] = version
     error = decode_error(pack(payload))
     assert error.reason == "schema_version"
-    assert error.detail == f"schema_version: expected {SCHEMA_VERSION}, got {version!r}"
+    assert error.detail == f"schema_version: expected 1 to {current_version(Experience)}, got {version!r}"
 
 
 def test_newer_schema_version_is_too_new(examples):
     """Older versions are upgraded (tests/schemas/test_versions.py); a newer one cannot be read."""
     payload = wire(examples["experience"])
-    payload["schema_version"] = SCHEMA_VERSION + 1
+    payload["schema_version"] = current_version(Experience) + 1
     error = decode_error(pack(payload))
     assert (error.reason, error.record_id) == ("schema_too_new", "e-1")
-    assert error.detail.startswith("schema_version: experience v2 is newer than this reader's v1")
+    assert error.detail.startswith("schema_version: experience v3 is newer than this reader's v2")
 
 
 def test_unknown_kind(examples):

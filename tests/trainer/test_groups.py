@@ -18,6 +18,17 @@ def test_stale_and_incomplete_experiences_are_refused_with_reasons():
     assert check_experience(trainable("g", 0).model_copy(update={"behaviour_logprobs": []}), 0, 4).reason == "invalid"
 
 
+def test_a_sequence_spanning_a_swap_is_as_stale_as_its_oldest_token():
+    # Tokens sampled by v2, v3, v3 (an in-flight swap after the first): policy_version is the oldest, 2,
+    # so at trainer step 5 it is 3 steps behind, past max_staleness 2, though most tokens are only 2.
+    spanning = trainable("g", 0, version=2, token_versions=[2, 3, 3])
+    stale = check_experience(spanning, version=5, max_staleness=2)
+    assert stale.reason == "stale"
+    assert stale.detail == ("policy_version 2 (oldest token's; tokens of v2, v3) is 3 steps behind trainer step 5 "
+                            "(max_staleness 2)")
+    assert check_experience(trainable("g", 0, version=3, token_versions=[3, 4, 4]), 5, 2).reason is None
+
+
 def test_experiences_of_another_tokenizer_are_refused():
     stamped = lambda fp: trainable("g", 0).model_copy(update={"metadata": {"tokenizer": fp}})
     assert check_tokenizer(stamped("0123456789abcdef"), "0123456789abcdef").reason is None
