@@ -1,9 +1,9 @@
 """What the HTTP endpoint runs on: the worker's engine and weights, the sessions, and the publishing.
 
-One engine, one lock: requests are answered one at a time (a generation and a weight load never
-overlap), and before each generation the newest verified weights the subscriber brought in are
-loaded, as the rollout worker does between generations. Every turn records the policy version that
-generated it. When an agent program reports a session's reward, its trajectory is published on
+Requests asked at once share engine calls (`Batcher`: one thread owns the engine, so a generation
+and a weight load never overlap), and before each call the newest verified weights the subscriber
+brought in are loaded, as the rollout worker does between generations. Every turn records the
+policy version that generated it. A session idle past `serve.session_ttl_s` is dropped unpublished. When an agent program reports a session's reward, its trajectory is published on
 `<ns>.experiences.raw` as one Experience, keyed by group id, with the worker's metadata.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from dataclasses import dataclass
 from typing import Annotated, Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -22,9 +21,11 @@ from undertow.schemas import MAX_RECORD_BYTES, Experience, MetricEvent, Task, en
 from undertow.streams import RecordProducer, RunContext, Topics
 
 from undertow.rollout.config import RolloutConfig
-from undertow.rollout.engines import Engine, Sample, SamplingParams, build_engine
+from undertow.rollout.engines import Engine, SamplingParams, build_engine
 from undertow.rollout.experiences import experience_id, to_experiences
 from undertow.rollout.rewards.registry import total
+from undertow.rollout.serve.batcher import Answer, Batcher
+from undertow.rollout.serve.config import ServeConfig
 from undertow.rollout.serve.protocol import ApiError, ChatRequest, completion, invalid
 from undertow.rollout.serve.sessions import Generated, Session, SessionMismatch, render, tokenize
 from undertow.rollout.serve.tool_calls import ParsedOutput, split_tool_calls
@@ -48,14 +49,6 @@ class RewardBody(BaseModel):
         None, description="named parts; the reward is their sum")
 
 
-@dataclass
-class Turn:
-    """One engine call's result: the samples and the policy version that made them."""
-
-    samples: list[Sample]
-    version: int
-
-
 class Endpoint:
     """The rollout worker's engine and weight subscriber behind OpenAI's chat completions.
 
@@ -64,7 +57,7 @@ class Endpoint:
 
     def __init__(self, engine: Engine, model_name: str, sampling: SamplingParams, *, name: str = "serve-0",
                  producer: RecordProducer | None = None, topics: Topics | None = None,
-                 subscriber: WeightSubscriber | None = None):
+                 subscriber: WeightSubscriber | None = None, settings: ServeConfig | None = None):
         self.engine, self.model_name, self.sampling, self.name = engine, model_name, sampling, name
         self.tokenizer = engine.tokenizer
         self.fingerprint = fingerprint(self.tokenizer)
@@ -72,20 +65,23 @@ class Endpoint:
         self.version = 0
         self.weight_swaps = 0
         self.published = 0
-        self._engine_lock = threading.Lock()
+        self.settings = settings or ServeConfig()
+        self.batcher = Batcher(engine, before=self._swap_weights, window_s=self.settings.batch_window_s,
+                               max_batch=self.settings.max_batch)
         self._sessions: dict[str, Session] = {}
         self._session_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()  # guards the two dicts
 
     @classmethod
-    def connect(cls, cfg: RolloutConfig, run: RunContext, name: str = "serve-0") -> "Endpoint":
+    def connect(cls, cfg: RolloutConfig, run: RunContext, name: str = "serve-0",
+                settings: ServeConfig | None = None) -> "Endpoint":
         """The engine of `cfg` (rollout.engine, rollout.sampling), the worker's producer and weights subscriber."""
         engine = build_engine(cfg.engine, run.model)
         producer = RecordProducer(run.kafka)
         subscriber = WeightSubscriber(run.kafka, run.topics, run.model.name, producer,
                                       tokenizer=fingerprint(engine.tokenizer))
         return cls(engine, run.model.name, cfg.sampling, name=name, producer=producer, topics=run.topics,
-                   subscriber=subscriber)
+                   subscriber=subscriber, settings=settings)
 
     def start(self, wait_s: float = 120.0) -> None:
         """Follow the weights topic; generate from the newest published weights, as a fresh worker does."""
@@ -96,6 +92,7 @@ class Endpoint:
             log.warning("%s: weights topic not read to its end after %.0f s; serving anyway", self.name, wait_s)
 
     def close(self) -> None:
+        self.batcher.close()
         if self.subscriber is not None:
             self.subscriber.stop()
         if self.producer is not None:
@@ -200,7 +197,7 @@ class Endpoint:
             self._sessions.setdefault(session.session_id, session)
         return self._response(request, pending.prompt, [sample])
 
-    def _generate(self, prompt: list[int], n: int, params: SamplingParams, request: ChatRequest) -> Turn:
+    def _generate(self, prompt: list[int], n: int, params: SamplingParams, request: ChatRequest) -> Answer:
         limit = getattr(self.engine, "max_length", None)
         wanted = request.max_completion_tokens or request.max_tokens or params.max_new_tokens
         room = wanted if limit is None else min(wanted, limit - len(prompt))
@@ -214,27 +211,27 @@ class Endpoint:
                 check(params)
             except ValueError as e:
                 raise ApiError(400, str(e)) from None  # vLLM refuses top_p < 1 (its log-probs are the nucleus')
-        with self._engine_lock:
-            self._swap_weights()
-            return Turn(samples=self.engine.generate([prompt], n, params)[0], version=self.version)
+        return self.batcher.generate(prompt, n, params)
 
     def _response(self, request: ChatRequest, prompt: list[int], samples: list[Sample]) -> dict[str, Any]:
         tools = request.rendered_tools() is not None  # none offered: the text is the answer, tags and all
         choices = [(split_tool_calls(s.text) if tools else ParsedOutput(s.text, []), s.finish_reason) for s in samples]
         return completion(self.model_name, choices, len(prompt), sum(len(s.tokens) for s in samples))
 
-    def _swap_weights(self) -> None:
-        """Between generations (the engine lock held): the newest verified version, if one arrived."""
+    def _swap_weights(self) -> int:
+        """Between generations (on the batcher's thread): the newest verified version, if one arrived;
+        the version the next generation uses."""
         if self.subscriber is None:
-            return
+            return self.version
         swapped = self.subscriber.swap_in(self.engine, self.version)
         if swapped is None:
-            return
+            return self.version
         self.version, paused = swapped
         self.weight_swaps += 1
         self.producer.send(self.topics.metrics, MetricEvent(component=self.name, step=self.version,
                                                             values={"weight_swap_s": paused}), key=self.name)
         log.info("%s: now serving %s v%d (swap %.3f s)", self.name, self.model_name, self.version, paused)
+        return self.version
 
     # -- sessions and publishing ---------------------------------------------------------------
 
