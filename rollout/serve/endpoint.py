@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
+from collections import OrderedDict
 from typing import Annotated, Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -21,7 +23,7 @@ from undertow.schemas import MAX_RECORD_BYTES, Experience, MetricEvent, Task, en
 from undertow.streams import RecordProducer, RunContext, Topics
 
 from undertow.rollout.config import RolloutConfig
-from undertow.rollout.engines import Engine, SamplingParams, build_engine
+from undertow.rollout.engines import Engine, Sample, SamplingParams, build_engine
 from undertow.rollout.experiences import experience_id, to_experiences
 from undertow.rollout.rewards.registry import total
 from undertow.rollout.serve.batcher import Answer, Batcher
@@ -37,6 +39,7 @@ log = logging.getLogger(__name__)
 SESSION, GROUP, GROUP_SIZE, SAMPLE, TASKSET = ("x-undertow-session", "x-undertow-group", "x-undertow-group-size",
                                                "x-undertow-sample", "x-undertow-taskset")
 SESSION_ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
+EXPIRED_REMEMBERED = 10_000  # ids of sessions dropped for idleness kept to say so (then they are plain unknown)
 
 
 class RewardBody(BaseModel):
@@ -65,6 +68,9 @@ class Endpoint:
         self.version = 0
         self.weight_swaps = 0
         self.published = 0
+        self.expired = 0
+        self._expired_ids: OrderedDict[str, None] = OrderedDict()
+        self._stop = threading.Event()
         self.settings = settings or ServeConfig()
         self.batcher = Batcher(engine, before=self._swap_weights, window_s=self.settings.batch_window_s,
                                max_batch=self.settings.max_batch)
@@ -84,7 +90,10 @@ class Endpoint:
                    subscriber=subscriber, settings=settings)
 
     def start(self, wait_s: float = 120.0) -> None:
-        """Follow the weights topic; generate from the newest published weights, as a fresh worker does."""
+        """Follow the weights topic; generate from the newest published weights, as a fresh worker does.
+        Sweep idle sessions meanwhile (requests sweep too; this catches them when none come)."""
+        if self.settings.session_ttl_s is not None:
+            threading.Thread(target=self._sweep, name=f"{self.name}-sessions", daemon=True).start()
         if self.subscriber is None:
             return
         self.subscriber.start()
@@ -92,6 +101,7 @@ class Endpoint:
             log.warning("%s: weights topic not read to its end after %.0f s; serving anyway", self.name, wait_s)
 
     def close(self) -> None:
+        self._stop.set()
         self.batcher.close()
         if self.subscriber is not None:
             self.subscriber.stop()
@@ -111,6 +121,7 @@ class Endpoint:
         if request.model != self.model_name:
             raise ApiError(404, f"The model `{request.model}` does not exist", param="model", code="model_not_found")
         session_id = headers.get(SESSION)
+        self.expire_idle()
         if session_id is None:
             return self._answer(request)
         if not SESSION_ID.match(session_id):
@@ -118,6 +129,8 @@ class Endpoint:
         session, lock = self._session(session_id, headers)
         with lock:  # one turn of a session at a time: the next one extends this one's tokens
             with self._lock:  # a first turn of the same id that held the lock before us made it
+                if session_id in self._expired_ids:  # dropped while we waited for its lock
+                    raise self._unknown(session_id)
                 session = self._sessions.get(session_id, session)
             return self._turn(session, request)
 
@@ -130,6 +143,7 @@ class Endpoint:
         if (reward.reward is None) == (reward.components is None):
             raise ApiError(400, "give exactly one of `reward` and `components`", param="reward")
         components = reward.components if reward.components is not None else {"reward": reward.reward}
+        self.expire_idle()
         session, lock = self._known(session_id)
         if self.producer is None:
             raise ApiError(503, "this endpoint has no broker to publish to", type="server_error")
@@ -144,10 +158,15 @@ class Endpoint:
 
     def drop(self, session_id: str) -> dict[str, Any]:
         """Close a session without publishing it (an episode the agent program abandoned)."""
+        self.expire_idle()
         _, lock = self._known(session_id)
         with lock:
             self._forget(session_id)
         return {"session": session_id, "deleted": True}
+
+    @property
+    def sessions_open(self) -> int:
+        return len(self._sessions)
 
     def models(self) -> dict[str, Any]:
         return {"object": "list", "data": [self.model_card()]}
@@ -193,6 +212,7 @@ class Endpoint:
         sample = turn.samples[0]
         session.record(pending, Generated(tokens=sample.tokens, logprobs=sample.logprobs,
                                           finish_reason=sample.finish_reason, version=turn.version), self.tokenizer)
+        session.touched = time.monotonic()
         with self._lock:
             self._sessions.setdefault(session.session_id, session)
         return self._response(request, pending.prompt, [sample])
@@ -238,6 +258,8 @@ class Endpoint:
     def _session(self, session_id: str, headers: Mapping[str, str]) -> tuple[Session, threading.Lock]:
         """The session of this id, or a new one placed in its group by the headers (kept once it has a turn)."""
         with self._lock:
+            if session_id in self._expired_ids:  # its next turn would start a new episode mid-conversation
+                raise self._unknown(session_id)
             lock = self._session_locks.setdefault(session_id, threading.Lock())
             if session_id in self._sessions:
                 return self._sessions[session_id], lock
@@ -259,10 +281,43 @@ class Endpoint:
                 raise self._unknown(session_id)
             return self._sessions[session_id], self._session_locks[session_id]
 
-    @staticmethod
-    def _unknown(session_id: str) -> ApiError:
+    def _unknown(self, session_id: str) -> ApiError:
+        if session_id in self._expired_ids:
+            return ApiError(404, f"Session `{session_id}` expired: no request for serve.session_ttl_s = "
+                            f"{self.settings.session_ttl_s:g} s; it was dropped unpublished", param="session",
+                            code="session_expired")
         return ApiError(404, f"No session `{session_id}` (never started, or already published)",
                         param="session", code="session_not_found")
+
+    def expire_idle(self, now: float | None = None) -> list[str]:
+        """Drop, unpublished, every session with no request for `serve.session_ttl_s` (one whose turn
+        is running is not idle); count them in the `sessions_expired` metric. Returns their ids."""
+        ttl = self.settings.session_ttl_s
+        now = time.monotonic() if now is None else now
+        dropped = []
+        with self._lock:
+            for session_id, session in list(self._sessions.items()) if ttl is not None else []:
+                lock = self._session_locks[session_id]
+                if now - session.touched < ttl or not lock.acquire(blocking=False):
+                    continue
+                del self._sessions[session_id], self._session_locks[session_id]
+                lock.release()
+                self._expired_ids[session_id] = None
+                dropped.append(session)
+            while len(self._expired_ids) > EXPIRED_REMEMBERED:
+                self._expired_ids.popitem(last=False)
+            self.expired += len(dropped)
+        for session in dropped:
+            log.warning("%s: session %s expired after %.0f s idle (%d turn(s), %d tokens dropped unpublished)",
+                        self.name, session.session_id, now - session.touched, len(session.turns), len(session.tokens))
+        if dropped and self.producer is not None:
+            self.producer.send(self.topics.metrics, MetricEvent(component=self.name, step=self.version, values={
+                "sessions_expired": float(len(dropped)), "sessions_expired_total": float(self.expired)}), key=self.name)
+        return [s.session_id for s in dropped]
+
+    def _sweep(self) -> None:
+        while not self._stop.wait(min(self.settings.session_ttl_s / 2, 10.0)):
+            self.expire_idle()
 
     def _forget(self, session_id: str) -> None:
         with self._lock:

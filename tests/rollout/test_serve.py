@@ -321,3 +321,37 @@ def test_concurrent_openai_requests_share_engine_calls_and_answer_as_serial_gree
     assert [together[i] for i in range(6)] == alone
     assert len({text for text, _ in alone}) > 1  # the prompts really lead to different answers
     endpoint.close()
+
+
+def test_an_idle_session_expires_unpublished_and_its_reward_is_a_404(caplog):
+    endpoint = Endpoint(TransformersEngine(ModelSpec(), seed=0), "policy", SamplingParams(max_new_tokens=2),
+                        settings=ServeConfig(session_ttl_s=60))
+    client = TestClient(build_app(endpoint))
+    for sid in ("idle", "busy", "fresh"):
+        assert ask(client, {"model": "policy", "messages": HI}, **{"X-Undertow-Session": sid}).status_code == 200
+    now = time.monotonic()
+    for sid, idle_s in (("idle", 60.5), ("fresh", 59.5), ("busy", 1000.0)):
+        endpoint._sessions[sid].touched = now - idle_s
+    endpoint._session_locks["busy"].acquire()  # a turn of it is running: not idle, however old
+    assert endpoint.expire_idle(now=now - 1) == [] and endpoint.expired == 0  # "idle" had 59.5 s then
+    with caplog.at_level("WARNING"):
+        assert endpoint.expire_idle(now=now) == ["idle"] and endpoint.expired == 1
+    assert "session idle expired after 60 s idle (1 turn(s)" in caplog.text
+    r = client.post("/v1/undertow/sessions/idle/reward", json={"reward": 1.0})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "session_expired"
+    assert "serve.session_ttl_s = 60 s" in r.json()["error"]["message"]
+    # Its next turn would record the rest of the conversation as a new episode's prompt: refused too.
+    going_on = HI + [{"role": "assistant", "content": "x"}, {"role": "user", "content": "go"}]
+    r = ask(client, {"model": "policy", "messages": going_on}, **{"X-Undertow-Session": "idle"})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "session_expired"
+    assert client.delete("/v1/undertow/sessions/idle").status_code == 404
+    assert client.post("/v1/undertow/sessions/never/reward", json={"reward": 1.0}).json()["error"]["code"] == \
+        "session_not_found"
+    endpoint._session_locks["busy"].release()
+    assert client.get("/health").json()["sessions_open"] == 2  # busy and fresh stay
+    # On the real clock: a request sweeps first, so a reward past the TTL finds the session gone.
+    endpoint.settings.session_ttl_s = 0.05
+    time.sleep(0.1)
+    assert client.post("/v1/undertow/sessions/fresh/reward", json={"reward": 1.0}).status_code == 404
+    assert endpoint.expired == 3 and client.get("/health").json() == {
+        "status": "ok", "policy_version": 0, "sessions_open": 0, "sessions_expired": 3}
