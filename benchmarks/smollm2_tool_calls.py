@@ -63,7 +63,8 @@ def main() -> None:
     print(f"{'without' if args.no_examples else 'with'} examples: {called}/{len(episodes)} episodes made a "
           f"well-formed call that ran ({called / len(episodes):.2f}); calls by outcome {kinds}; mean reward "
           f"{reward:.3f}; {seconds:.0f} s")
-    print(repr(episodes[0].response_text[:400]))
+    for t in episodes[:3]:  # what the calls look like
+        print(t.metadata.get("tools"), repr(t.response_text[:300]))
     print(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
 
 
