@@ -62,17 +62,21 @@ class Batcher:
         self._submit_lock = threading.Lock()  # `before` and a submit are one step for an engine with submit
         self._thread: threading.Thread | None = None
         self._started = threading.Lock()
+        self._closed = False
 
     def generate(self, prompt: list[int], n: int, params: SamplingParams) -> Answer:
         """The n samples of `prompt`, generated with whatever else is asked meanwhile (blocks)."""
         if hasattr(self.engine, "submit"):
             return self._submit(prompt, n, params)
+        if self._closed:
+            raise RuntimeError("the endpoint is shutting down")
         self._ensure_thread()
         request = _Request(prompt, n, params)
         self._queue.put(request)
         return request.future.result()
 
     def close(self) -> None:
+        self._closed = True
         if self._thread is not None:
             self._queue.put(None)
             self._thread.join(timeout=30)

@@ -3,8 +3,9 @@
 Requests asked at once share engine calls (`Batcher`: one thread owns the engine, so a generation
 and a weight load never overlap), and before each call the newest verified weights the subscriber
 brought in are loaded, as the rollout worker does between generations. Every turn records the
-policy version that generated it. A session idle past `serve.session_ttl_s` is dropped unpublished. When an agent program reports a session's reward, its trajectory is published on
-`<ns>.experiences.raw` as one Experience, keyed by group id, with the worker's metadata.
+policy version that generated it. When an agent program reports a session's reward, its
+trajectory is published on `<ns>.experiences.raw` as one Experience, keyed by group id, with the
+worker's metadata; a session idle past `serve.session_ttl_s` is dropped unpublished instead.
 """
 
 from __future__ import annotations

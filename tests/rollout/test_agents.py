@@ -172,7 +172,8 @@ def test_worked_examples_come_before_each_tasks_own_messages():
     shown = [{"role": "user", "content": "1*2?"},
              {"role": "assistant", "content": "<tool_call>calculator(expression='1*2')</tool_call>"},
              {"role": "tool", "content": "2"}, {"role": "assistant", "content": "2"}]
-    flow = build_batch_workflow({"name": "tool_agent", "tools": ["calculator"], "parser": "pythonic", "examples": shown})
+    flow = build_batch_workflow({"name": "tool_agent", "tools": ["calculator"], "parser": "pythonic",
+                                 "examples": shown})
     [[t]] = flow([Task(task_id="q", prompt="2*3?")], ctx)
     # The tiny template writes "role: content\n" per message, after the tools' system text.
     assert t.prompt_text.endswith("\nuser: 1*2?\nassistant: <tool_call>calculator(expression='1*2')</tool_call>\n"
