@@ -24,4 +24,4 @@ def serve(config: Path = typer.Argument(..., help="The run's YAML config (its ro
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     with user_errors():
         cfg, context = component(config, bootstrap)
-        run_server(Endpoint.connect(cfg.rollout, context, name), host=host, port=port)
+        run_server(Endpoint.connect(cfg.rollout, context, name, cfg.serve), host=host, port=port)

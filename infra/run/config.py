@@ -20,6 +20,7 @@ from undertow.kernel.registry import RegistryError, checked_entry
 from undertow.infra.monitor import MonitorConfig
 from undertow.processors.config import ProcessorsConfig
 from undertow.rollout.config import EvalConfig, FeederConfig, RolloutConfig
+from undertow.rollout.serve.config import ServeConfig
 from undertow.kernel.models import ModelSpec
 from undertow.streams import NAMESPACE_PATTERN, KafkaSettings, TopicsConfig
 from undertow.streams.topics import IdleWorkers, idle_workers
@@ -137,6 +138,7 @@ class RunConfig(BaseModel):
                                  "namespace's topics (README, \"Scaling out\")")
     feeder: FeederConfig = Field(default_factory=FeederConfig, description="the task feeder")
     rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="the rollout workers")
+    serve: ServeConfig = Field(default_factory=ServeConfig, description="`undertow serve`: batching, session expiry")
     processors: ProcessorsConfig = Field(default_factory=ProcessorsConfig, description="the stream processors")
     trainer: TrainerConfig = Field(default_factory=TrainerConfig, description="the trainer")
     archive: ArchiveConfig = Field(default_factory=ArchiveConfig, description="the Parquet archive (with run.archive)")

@@ -52,7 +52,8 @@ def build_app(endpoint: Endpoint) -> Starlette:
         return endpoint.model_card(request.path_params["model"])
 
     async def health(request: Request) -> Any:
-        return {"status": "ok", "policy_version": endpoint.version}
+        return {"status": "ok", "policy_version": endpoint.version, "sessions_open": endpoint.sessions_open,
+                "sessions_expired": endpoint.expired}
 
     routes = [Route("/v1/chat/completions", _api(chat), methods=["POST"]),
               Route("/v1/models", _api(models), methods=["GET"]),

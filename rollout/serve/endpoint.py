@@ -1,10 +1,11 @@
 """What the HTTP endpoint runs on: the worker's engine and weights, the sessions, and the publishing.
 
-One engine, one lock: requests are answered one at a time (a generation and a weight load never
-overlap), and before each generation the newest verified weights the subscriber brought in are
-loaded, as the rollout worker does between generations. Every turn records the policy version that
-generated it. When an agent program reports a session's reward, its trajectory is published on
-`<ns>.experiences.raw` as one Experience, keyed by group id, with the worker's metadata.
+Requests asked at once share engine calls (`Batcher`: one thread owns the engine, so a generation
+and a weight load never overlap), and before each call the newest verified weights the subscriber
+brought in are loaded, as the rollout worker does between generations. Every turn records the
+policy version that generated it. When an agent program reports a session's reward, its
+trajectory is published on `<ns>.experiences.raw` as one Experience, keyed by group id, with the
+worker's metadata; a session idle past `serve.session_ttl_s` is dropped unpublished instead.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from dataclasses import dataclass
+import time
+from collections import OrderedDict
 from typing import Annotated, Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -25,6 +27,8 @@ from undertow.rollout.config import RolloutConfig
 from undertow.rollout.engines import Engine, Sample, SamplingParams, build_engine
 from undertow.rollout.experiences import experience_id, to_experiences
 from undertow.rollout.rewards.registry import total
+from undertow.rollout.serve.batcher import Answer, Batcher
+from undertow.rollout.serve.config import ServeConfig
 from undertow.rollout.serve.protocol import ApiError, ChatRequest, completion, invalid
 from undertow.rollout.serve.sessions import Generated, Session, SessionMismatch, render, tokenize
 from undertow.rollout.serve.tool_calls import ParsedOutput, split_tool_calls
@@ -36,6 +40,7 @@ log = logging.getLogger(__name__)
 SESSION, GROUP, GROUP_SIZE, SAMPLE, TASKSET = ("x-undertow-session", "x-undertow-group", "x-undertow-group-size",
                                                "x-undertow-sample", "x-undertow-taskset")
 SESSION_ID = re.compile(r"^[A-Za-z0-9_.:@-]{1,200}$")
+EXPIRED_REMEMBERED = 10_000  # ids of sessions dropped for idleness kept to say so (then they are plain unknown)
 
 
 class RewardBody(BaseModel):
@@ -48,14 +53,6 @@ class RewardBody(BaseModel):
         None, description="named parts; the reward is their sum")
 
 
-@dataclass
-class Turn:
-    """One engine call's result: the samples and the policy version that made them."""
-
-    samples: list[Sample]
-    version: int
-
-
 class Endpoint:
     """The rollout worker's engine and weight subscriber behind OpenAI's chat completions.
 
@@ -64,7 +61,7 @@ class Endpoint:
 
     def __init__(self, engine: Engine, model_name: str, sampling: SamplingParams, *, name: str = "serve-0",
                  producer: RecordProducer | None = None, topics: Topics | None = None,
-                 subscriber: WeightSubscriber | None = None):
+                 subscriber: WeightSubscriber | None = None, settings: ServeConfig | None = None):
         self.engine, self.model_name, self.sampling, self.name = engine, model_name, sampling, name
         self.tokenizer = engine.tokenizer
         self.fingerprint = fingerprint(self.tokenizer)
@@ -72,23 +69,32 @@ class Endpoint:
         self.version = 0
         self.weight_swaps = 0
         self.published = 0
-        self._engine_lock = threading.Lock()
+        self.expired = 0
+        self._expired_ids: OrderedDict[str, None] = OrderedDict()
+        self._stop = threading.Event()
+        self.settings = settings or ServeConfig()
+        self.batcher = Batcher(engine, before=self._swap_weights, window_s=self.settings.batch_window_s,
+                               max_batch=self.settings.max_batch)
         self._sessions: dict[str, Session] = {}
         self._session_locks: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()  # guards the two dicts
 
     @classmethod
-    def connect(cls, cfg: RolloutConfig, run: RunContext, name: str = "serve-0") -> "Endpoint":
+    def connect(cls, cfg: RolloutConfig, run: RunContext, name: str = "serve-0",
+                settings: ServeConfig | None = None) -> "Endpoint":
         """The engine of `cfg` (rollout.engine, rollout.sampling), the worker's producer and weights subscriber."""
         engine = build_engine(cfg.engine, run.model)
         producer = RecordProducer(run.kafka)
         subscriber = WeightSubscriber(run.kafka, run.topics, run.model.name, producer,
                                       tokenizer=fingerprint(engine.tokenizer))
         return cls(engine, run.model.name, cfg.sampling, name=name, producer=producer, topics=run.topics,
-                   subscriber=subscriber)
+                   subscriber=subscriber, settings=settings)
 
     def start(self, wait_s: float = 120.0) -> None:
-        """Follow the weights topic; generate from the newest published weights, as a fresh worker does."""
+        """Follow the weights topic; generate from the newest published weights, as a fresh worker does.
+        Sweep idle sessions meanwhile (requests sweep too; this catches them when none come)."""
+        if self.settings.session_ttl_s is not None:
+            threading.Thread(target=self._sweep, name=f"{self.name}-sessions", daemon=True).start()
         if self.subscriber is None:
             return
         self.subscriber.start()
@@ -96,6 +102,8 @@ class Endpoint:
             log.warning("%s: weights topic not read to its end after %.0f s; serving anyway", self.name, wait_s)
 
     def close(self) -> None:
+        self._stop.set()
+        self.batcher.close()
         if self.subscriber is not None:
             self.subscriber.stop()
         if self.producer is not None:
@@ -114,6 +122,7 @@ class Endpoint:
         if request.model != self.model_name:
             raise ApiError(404, f"The model `{request.model}` does not exist", param="model", code="model_not_found")
         session_id = headers.get(SESSION)
+        self.expire_idle()
         if session_id is None:
             return self._answer(request)
         if not SESSION_ID.match(session_id):
@@ -121,6 +130,8 @@ class Endpoint:
         session, lock = self._session(session_id, headers)
         with lock:  # one turn of a session at a time: the next one extends this one's tokens
             with self._lock:  # a first turn of the same id that held the lock before us made it
+                if session_id in self._expired_ids:  # dropped while we waited for its lock
+                    raise self._unknown(session_id)
                 session = self._sessions.get(session_id, session)
             return self._turn(session, request)
 
@@ -133,6 +144,7 @@ class Endpoint:
         if (reward.reward is None) == (reward.components is None):
             raise ApiError(400, "give exactly one of `reward` and `components`", param="reward")
         components = reward.components if reward.components is not None else {"reward": reward.reward}
+        self.expire_idle()
         session, lock = self._known(session_id)
         if self.producer is None:
             raise ApiError(503, "this endpoint has no broker to publish to", type="server_error")
@@ -147,10 +159,15 @@ class Endpoint:
 
     def drop(self, session_id: str) -> dict[str, Any]:
         """Close a session without publishing it (an episode the agent program abandoned)."""
+        self.expire_idle()
         _, lock = self._known(session_id)
         with lock:
             self._forget(session_id)
         return {"session": session_id, "deleted": True}
+
+    @property
+    def sessions_open(self) -> int:
+        return len(self._sessions)
 
     def models(self) -> dict[str, Any]:
         return {"object": "list", "data": [self.model_card()]}
@@ -196,11 +213,12 @@ class Endpoint:
         sample = turn.samples[0]
         session.record(pending, Generated(tokens=sample.tokens, logprobs=sample.logprobs,
                                           finish_reason=sample.finish_reason, version=turn.version), self.tokenizer)
+        session.touched = time.monotonic()
         with self._lock:
             self._sessions.setdefault(session.session_id, session)
         return self._response(request, pending.prompt, [sample])
 
-    def _generate(self, prompt: list[int], n: int, params: SamplingParams, request: ChatRequest) -> Turn:
+    def _generate(self, prompt: list[int], n: int, params: SamplingParams, request: ChatRequest) -> Answer:
         limit = getattr(self.engine, "max_length", None)
         wanted = request.max_completion_tokens or request.max_tokens or params.max_new_tokens
         room = wanted if limit is None else min(wanted, limit - len(prompt))
@@ -214,33 +232,35 @@ class Endpoint:
                 check(params)
             except ValueError as e:
                 raise ApiError(400, str(e)) from None  # vLLM refuses top_p < 1 (its log-probs are the nucleus')
-        with self._engine_lock:
-            self._swap_weights()
-            return Turn(samples=self.engine.generate([prompt], n, params)[0], version=self.version)
+        return self.batcher.generate(prompt, n, params)
 
     def _response(self, request: ChatRequest, prompt: list[int], samples: list[Sample]) -> dict[str, Any]:
         tools = request.rendered_tools() is not None  # none offered: the text is the answer, tags and all
         choices = [(split_tool_calls(s.text) if tools else ParsedOutput(s.text, []), s.finish_reason) for s in samples]
         return completion(self.model_name, choices, len(prompt), sum(len(s.tokens) for s in samples))
 
-    def _swap_weights(self) -> None:
-        """Between generations (the engine lock held): the newest verified version, if one arrived."""
+    def _swap_weights(self) -> int:
+        """Between generations (on the batcher's thread): the newest verified version, if one arrived;
+        the version the next generation uses."""
         if self.subscriber is None:
-            return
+            return self.version
         swapped = self.subscriber.swap_in(self.engine, self.version)
         if swapped is None:
-            return
+            return self.version
         self.version, paused = swapped
         self.weight_swaps += 1
         self.producer.send(self.topics.metrics, MetricEvent(component=self.name, step=self.version,
                                                             values={"weight_swap_s": paused}), key=self.name)
         log.info("%s: now serving %s v%d (swap %.3f s)", self.name, self.model_name, self.version, paused)
+        return self.version
 
     # -- sessions and publishing ---------------------------------------------------------------
 
     def _session(self, session_id: str, headers: Mapping[str, str]) -> tuple[Session, threading.Lock]:
         """The session of this id, or a new one placed in its group by the headers (kept once it has a turn)."""
         with self._lock:
+            if session_id in self._expired_ids:  # its next turn would start a new episode mid-conversation
+                raise self._unknown(session_id)
             lock = self._session_locks.setdefault(session_id, threading.Lock())
             if session_id in self._sessions:
                 return self._sessions[session_id], lock
@@ -262,10 +282,43 @@ class Endpoint:
                 raise self._unknown(session_id)
             return self._sessions[session_id], self._session_locks[session_id]
 
-    @staticmethod
-    def _unknown(session_id: str) -> ApiError:
+    def _unknown(self, session_id: str) -> ApiError:
+        if session_id in self._expired_ids:
+            return ApiError(404, f"Session `{session_id}` expired: no request for serve.session_ttl_s = "
+                            f"{self.settings.session_ttl_s:g} s; it was dropped unpublished", param="session",
+                            code="session_expired")
         return ApiError(404, f"No session `{session_id}` (never started, or already published)",
                         param="session", code="session_not_found")
+
+    def expire_idle(self, now: float | None = None) -> list[str]:
+        """Drop, unpublished, every session with no request for `serve.session_ttl_s` (one whose turn
+        is running is not idle); count them in the `sessions_expired` metric. Returns their ids."""
+        ttl = self.settings.session_ttl_s
+        now = time.monotonic() if now is None else now
+        dropped = []
+        with self._lock:
+            for session_id, session in list(self._sessions.items()) if ttl is not None else []:
+                lock = self._session_locks[session_id]
+                if now - session.touched < ttl or not lock.acquire(blocking=False):
+                    continue
+                del self._sessions[session_id], self._session_locks[session_id]
+                lock.release()
+                self._expired_ids[session_id] = None
+                dropped.append(session)
+            while len(self._expired_ids) > EXPIRED_REMEMBERED:
+                self._expired_ids.popitem(last=False)
+            self.expired += len(dropped)
+        for session in dropped:
+            log.warning("%s: session %s expired after %.0f s idle (%d turn(s), %d tokens dropped unpublished)",
+                        self.name, session.session_id, now - session.touched, len(session.turns), len(session.tokens))
+        if dropped and self.producer is not None:
+            self.producer.send(self.topics.metrics, MetricEvent(component=self.name, step=self.version, values={
+                "sessions_expired": float(len(dropped)), "sessions_expired_total": float(self.expired)}), key=self.name)
+        return [s.session_id for s in dropped]
+
+    def _sweep(self) -> None:
+        while not self._stop.wait(min(self.settings.session_ttl_s / 2, 10.0)):
+            self.expire_idle()
 
     def _forget(self, session_id: str) -> None:
         with self._lock:

@@ -76,6 +76,7 @@ class Session:
     sample_index: int = 0
     taskset: str = "serve"
     started: float = field(default_factory=time.time)
+    touched: float = field(default_factory=time.monotonic)  # its last request's end (idle expiry counts from it)
     prompt_text: str = ""
     prompt_tokens: list[int] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)

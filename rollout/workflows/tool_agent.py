@@ -42,13 +42,16 @@ ParserName = Annotated[str, AfterValidator(_known_parser)]
 @workflow("tool_agent")
 def tool_agent(task: Task, ctx: WorkflowContext, *, tools: ToolNames, parser: ParserName = "hermes", max_turns: int = 4,
                max_tokens: int | None = None, timeout_s: float = 5.0, memory_mb: int = 256,
-               max_result_chars: int = 1000, observation_role: str = "tool") -> list[Trajectory]:
+               max_result_chars: int = 1000, observation_role: str = "tool",
+               examples: list[dict[str, str]] | None = None) -> list[Trajectory]:
     """`task.group_size` episodes with `tools` (names or dotted paths), each at most `max_turns`
     responses and `max_tokens` response tokens (results included; null: the model's context); each
-    call at most `timeout_s` seconds and `memory_mb` MiB beyond the child's own size."""
+    call at most `timeout_s` seconds and `memory_mb` MiB beyond the child's own size. `examples`: chat
+    messages of a worked episode (user, assistant's call, tool result, answer) put before every
+    task's own, few-shot: a small model that describes a tool in prose copies a call it was shown."""
     [outcome] = tool_agent_batch([task], ctx, tools=tools, parser=parser, max_turns=max_turns, max_tokens=max_tokens,
                                  timeout_s=timeout_s, memory_mb=memory_mb, max_result_chars=max_result_chars,
-                                 observation_role=observation_role)
+                                 observation_role=observation_role, examples=examples)
     if isinstance(outcome, Exception):
         raise outcome
     return outcome
@@ -57,13 +60,14 @@ def tool_agent(task: Task, ctx: WorkflowContext, *, tools: ToolNames, parser: Pa
 @batched(tool_agent)
 def tool_agent_batch(tasks: list[Task], ctx: WorkflowContext, *, tools: ToolNames, parser: ParserName = "hermes",
                      max_turns: int = 4, max_tokens: int | None = None, timeout_s: float = 5.0, memory_mb: int = 256,
-                     max_result_chars: int = 1000, observation_role: str = "tool") -> list[Outcome]:
+                     max_result_chars: int = 1000, observation_role: str = "tool",
+                     examples: list[dict[str, str]] | None = None) -> list[Outcome]:
     """Every episode of every task at once: one engine call per turn, the turn's tool calls in parallel."""
     found = resolve_tools(tools)
     parse = tool_parsers.get(parser)
     sandbox = Sandbox(found, timeout_s=timeout_s, memory_mb=memory_mb, max_chars=max_result_chars)
     tok = ctx.engine.tokenizer
-    episodes = [_start(task, tok, found, parser) for task in tasks for _ in range(task.group_size)]
+    episodes = [_start(task, tok, found, parser, examples or []) for task in tasks for _ in range(task.group_size)]
 
     def react(group: list[Episode], samples: list[Sample]) -> list[str | None]:
         parsed = [parse(s.text) for s in samples]
@@ -85,8 +89,8 @@ def tool_agent_batch(tasks: list[Task], ctx: WorkflowContext, *, tools: ToolName
     return by_task(tasks, episodes, lambda ep: trajectory(ep, ctx, ctx.reward(ep.last, ep.task)))
 
 
-def _start(task: Task, tok: Any, found: dict, parser: str) -> Episode:
-    messages = task.messages or [{"role": "user", "content": task.prompt}]
+def _start(task: Task, tok: Any, found: dict, parser: str, examples: list[dict[str, str]]) -> Episode:
+    messages = [*examples, *(task.messages or [{"role": "user", "content": task.prompt}])]
     try:
         text = tool_prompt(tok, messages, found, parser)
     except Exception as e:  # noqa: BLE001 — messages the template refuses: this task fails

@@ -164,3 +164,19 @@ def test_tool_results_take_the_templates_turn_markers_after_the_models_own_eos()
     # A response cut before its EOS: the observation closes the turn first.
     assert observation_text(tok, ["5"], ended_with_eos=False) == "<eos>\ntool: 5<eos>\nassistant: "
     assert observation_text(tok, ["5"], role="user") == "\nuser: 5<eos>\nassistant: "
+
+
+def test_worked_examples_come_before_each_tasks_own_messages():
+    engine = build_engine({"name": "transformers", "seed": 0}, ModelSpec())
+    ctx = WorkflowContext(engine=engine, sampling=SamplingParams(max_new_tokens=2), reward=build_reward("format"))
+    shown = [{"role": "user", "content": "1*2?"},
+             {"role": "assistant", "content": "<tool_call>calculator(expression='1*2')</tool_call>"},
+             {"role": "tool", "content": "2"}, {"role": "assistant", "content": "2"}]
+    flow = build_batch_workflow({"name": "tool_agent", "tools": ["calculator"], "parser": "pythonic",
+                                 "examples": shown})
+    [[t]] = flow([Task(task_id="q", prompt="2*3?")], ctx)
+    # The tiny template writes "role: content\n" per message, after the tools' system text.
+    assert t.prompt_text.endswith("\nuser: 1*2?\nassistant: <tool_call>calculator(expression='1*2')</tool_call>\n"
+                                  "tool: 2\nassistant: 2\nuser: 2*3?\nassistant: ")
+    assert t.prompt_text.startswith("system: Tools: calculator(")
+    assert t.prompt_tokens == engine.tokenizer(t.prompt_text, add_special_tokens=False)["input_ids"]

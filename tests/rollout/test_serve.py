@@ -8,12 +8,14 @@ import threading
 import time
 
 import pytest
+import torch
 from starlette.testclient import TestClient
 
 from undertow.kernel.models import ModelSpec, char_tokenizer
 from undertow.rollout.engines import SamplingParams
 from undertow.rollout.engines.transformers_engine import TransformersEngine
 from undertow.rollout.serve.app import build_app
+from undertow.rollout.serve.config import ServeConfig
 from undertow.rollout.serve.endpoint import Endpoint
 from undertow.rollout.serve.protocol import completion
 from undertow.rollout.serve.sessions import Generated, Session, SessionMismatch, render
@@ -277,3 +279,79 @@ def test_a_streamed_answer_is_the_same_answer_in_openais_chunks(client):
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == whole.choices[0].message.content
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == whole.choices[0].finish_reason
     assert chunks[-1].usage.total_tokens == whole.usage.total_tokens
+
+
+def test_concurrent_openai_requests_share_engine_calls_and_answer_as_serial_greedy_ones():
+    """Six agents ask at once through the real `openai` client: the batcher's window gathers them
+    into fewer engine calls than requests, and each greedy answer is the one it gets asked alone
+    (prompts of different lengths: left padding must not change a row's tokens)."""
+    import openai
+
+    engine = TransformersEngine(ModelSpec(), seed=0)
+    torch.manual_seed(0)
+    with torch.no_grad():  # the fresh tiny model's greedy answer is spaces whatever the prompt: shake it up
+        for p in engine.model.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    endpoint = Endpoint(engine, "policy", SamplingParams(max_new_tokens=6),
+                        settings=ServeConfig(batch_window_s=0.2, max_batch=8))
+    agent = openai.OpenAI(base_url="http://testserver/v1", api_key="-", http_client=TestClient(build_app(endpoint)),
+                          max_retries=0)
+    questions = [[{"role": "user", "content": "q" * (i + 1)}] for i in range(6)]
+
+    def answer(messages):
+        reply = agent.chat.completions.create(model="policy", messages=messages, temperature=0)
+        return reply.choices[0].message.content, reply.usage.completion_tokens
+
+    start = threading.Barrier(6)
+
+    def at_once(i: int) -> None:
+        start.wait()
+        together[i] = answer(questions[i])
+
+    together: dict[int, tuple] = {}
+    threads = [threading.Thread(target=at_once, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    calls = endpoint.batcher.stats.calls
+    assert len(together) == 6 and calls < 6 and endpoint.batcher.stats.requests == 6
+    alone = [answer(q) for q in questions]  # one engine call each
+    assert endpoint.batcher.stats.calls == calls + 6
+    assert [together[i] for i in range(6)] == alone
+    assert len({text for text, _ in alone}) > 1  # the prompts really lead to different answers
+    endpoint.close()
+
+
+def test_an_idle_session_expires_unpublished_and_its_reward_is_a_404(caplog):
+    endpoint = Endpoint(TransformersEngine(ModelSpec(), seed=0), "policy", SamplingParams(max_new_tokens=2),
+                        settings=ServeConfig(session_ttl_s=60))
+    client = TestClient(build_app(endpoint))
+    for sid in ("idle", "busy", "fresh"):
+        assert ask(client, {"model": "policy", "messages": HI}, **{"X-Undertow-Session": sid}).status_code == 200
+    now = time.monotonic()
+    for sid, idle_s in (("idle", 60.5), ("fresh", 59.5), ("busy", 1000.0)):
+        endpoint._sessions[sid].touched = now - idle_s
+    endpoint._session_locks["busy"].acquire()  # a turn of it is running: not idle, however old
+    assert endpoint.expire_idle(now=now - 1) == [] and endpoint.expired == 0  # "idle" had 59.5 s then
+    with caplog.at_level("WARNING"):
+        assert endpoint.expire_idle(now=now) == ["idle"] and endpoint.expired == 1
+    assert "session idle expired after 60 s idle (1 turn(s)" in caplog.text
+    r = client.post("/v1/undertow/sessions/idle/reward", json={"reward": 1.0})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "session_expired"
+    assert "serve.session_ttl_s = 60 s" in r.json()["error"]["message"]
+    # Its next turn would record the rest of the conversation as a new episode's prompt: refused too.
+    going_on = HI + [{"role": "assistant", "content": "x"}, {"role": "user", "content": "go"}]
+    r = ask(client, {"model": "policy", "messages": going_on}, **{"X-Undertow-Session": "idle"})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "session_expired"
+    assert client.delete("/v1/undertow/sessions/idle").status_code == 404
+    assert client.post("/v1/undertow/sessions/never/reward", json={"reward": 1.0}).json()["error"]["code"] == \
+        "session_not_found"
+    endpoint._session_locks["busy"].release()
+    assert client.get("/health").json()["sessions_open"] == 2  # busy and fresh stay
+    # On the real clock: a request sweeps first, so a reward past the TTL finds the session gone.
+    endpoint.settings.session_ttl_s = 0.05
+    time.sleep(0.1)
+    assert client.post("/v1/undertow/sessions/fresh/reward", json={"reward": 1.0}).status_code == 404
+    assert endpoint.expired == 3 and client.get("/health").json() == {
+        "status": "ok", "policy_version": 0, "sessions_open": 0, "sessions_expired": 3}

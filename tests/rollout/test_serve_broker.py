@@ -7,6 +7,7 @@ import json
 import signal
 import socket
 import threading
+import time
 import urllib.request
 
 import openai
@@ -14,7 +15,7 @@ import pytest
 import uvicorn
 
 from undertow.kernel.models import ModelSpec
-from undertow.schemas import Experience
+from undertow.schemas import Experience, MetricEvent
 from undertow.streams import RecordProducer, Topics
 from undertow.rollout.serve import Episode
 from undertow.rollout.serve.app import build_app
@@ -63,15 +64,26 @@ def test_an_agent_episode_through_the_openai_client_is_published_with_its_masks(
         answer = episode.report(reward=0.5)
         with pytest.raises(RuntimeError, match="404"):  # published once, then closed
             episode.report(reward=0.5)
+        # An episode whose agent goes quiet past serve.session_ttl_s (600 s) is dropped unpublished.
+        idle = Episode(base, "ep-idle", group="task-8")
+        openai.OpenAI(base_url=base, api_key="-", default_headers=idle.headers, max_retries=0).chat.completions.create(
+            model="policy", messages=messages[:1])
+        assert endpoint.expire_idle(now=time.monotonic() + 601) == ["ep-idle"]
+        with pytest.raises(RuntimeError, match="404.*session_expired"):
+            idle.report(reward=1.0)
     finally:
         server.should_exit = True
         thread.join(timeout=30)
         endpoint.close()
 
-    (prompt1, [[g1]]), (prompt2, [[g2]]) = seen  # one prompt, one sample each turn
+    (prompt1, [[g1]]), (prompt2, [[g2]]), _ = seen  # one prompt, one sample each turn (then ep-idle's)
     assert endpoint.tokenizer(g1.text, add_special_tokens=False)["input_ids"] != g1.tokens  # the trap is set
     assert first.choices[0].message.content == g1.text and second.choices[0].message.content == g2.text
-    [exp] = [e for e in read_all(kafka, Topics(namespace).raw, Experience) if e.group_id == "task-7"]
+    published = read_all(kafka, Topics(namespace).raw, Experience)
+    [exp] = [e for e in published if e.group_id == "task-7"]
+    assert not [e for e in published if e.group_id == "task-8"]  # the expired one never is
+    expired = [m.values for m in read_all(kafka, Topics(namespace).metrics, MetricEvent) if "sessions_expired" in m.values]
+    assert expired == [{"sessions_expired": 1.0, "sessions_expired_total": 1.0}]
     assert answer["experience_id"] == exp.experience_id == "task-7/1" and (exp.group_size, exp.sample_index) == (2, 1)
     # The tiny template: one token per character; the new message follows the model's own tokens.
     observation = "\nuser: Sure?\nassistant: "
