@@ -105,10 +105,10 @@ def test_processor_workers_join_and_leave_a_running_group(kafka, namespace, tmp_
     workers = {"p1": start(config, "p1", tmp_path)}
     publisher = Publisher(kafka, topics.raw)
     try:
-        wait_for(split(1), 90, "p1 to hold every raw partition", every=0.5)
+        wait_for(split(1), 150, "p1 to hold every raw partition", every=0.5)
         # p2 and p3 join the running group: the rebalance hands each some of p1's partitions.
         workers |= {n: start(config, n, tmp_path) for n in ("p2", "p3")}
-        wait_for(split(3), 90, "three workers to share the raw partitions", every=0.5)
+        wait_for(split(3), 150, "three workers to share the raw partitions", every=0.5)
         wait_for(lambda: all(processed_by(kafka, topics)[n] > 0 for n in workers), 30, "every worker to process")
         workers["p1"].send_signal(signal.SIGTERM)  # leaves the group at once: its partitions go to p2 and p3
         assert workers["p1"].wait(60) == 0
