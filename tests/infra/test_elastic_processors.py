@@ -77,7 +77,8 @@ def raw_assignment(kafka, group: str, raw: str) -> list[set[int]]:
     held = []
     for member in desc["members"]:
         assignment = member.get("member_assignment") or {}  # decoded: Faust's assignor uses the standard layout
-        held.append({p for t in assignment.get("assigned_partitions", ()) if t["topic"] == raw for p in t["partitions"]})
+        held.append({p for t in assignment.get("assigned_partitions", ()) if t["topic"] == raw
+                     for p in t["partitions"]})
     return sorted(held, key=len)
 
 
@@ -118,8 +119,11 @@ def test_processor_workers_join_and_leave_a_running_group(kafka, namespace, tmp_
         before = processed_by(kafka, topics)["p3"]
         wait_for(lambda: processed_by(kafka, topics)["p3"] > before + 50, 30, "p3 to process what p2 left")
         sent = set(publisher.finish())
-        everything = lambda: {e.experience_id for e in read_all(kafka, topics.ready, Experience)} | set(
-            audit(kafka, namespace, tmp_path / "no-ledger").rejected) >= sent
+
+        def everything() -> bool:
+            ready = {e.experience_id for e in read_all(kafka, topics.ready, Experience)}
+            return ready | set(audit(kafka, namespace, tmp_path / "no-ledger").rejected) >= sent
+
         wait_for(everything, 60, "every experience sent to be ready or rejected", every=1.0)
     finally:
         publisher.stop.set()

@@ -42,7 +42,8 @@ def test_lag_is_summed_per_group_and_the_largest_per_topic():
 
 
 def test_lag_metric_names_drop_the_namespace():
-    status = NamespaceStatus({}, [LagReading("n.rollout", "n.tasks", 70, 100), LagReading("n-processors", "n.experiences.raw", 25, 40),
+    status = NamespaceStatus({}, [LagReading("n.rollout", "n.tasks", 70, 100),
+                                  LagReading("n-processors", "n.experiences.raw", 25, 40),
                                   LagReading("undertow-trainer", "n.experiences.ready", 5, 8)], None)
     assert lag_values(lag_report(status), "n") == {
         "group.rollout": 30.0, "group.processors": 15.0, "group.undertow-trainer": 3.0,  # no namespace in it: as is
@@ -86,7 +87,8 @@ def test_the_monitor_publishes_the_lag_status_json_gives(kafka, namespace, tmp_p
 
     events = [e for e in read_all(kafka, topics.metrics, MetricEvent) if e.component == "lag"]
     assert events, "no lag event on the metrics topic"
-    done = CliRunner().invoke(app, ["status", "-n", namespace, "--json"], env={"UNDERTOW_BOOTSTRAP": kafka.bootstrap_servers})
+    done = CliRunner().invoke(app, ["status", "-n", namespace, "--json"],
+                              env={"UNDERTOW_BOOTSTRAP": kafka.bootstrap_servers})
     assert done.exit_code == 0, done.output
     status = json.loads(done.stdout)
     rollout = rollout_group(namespace)
