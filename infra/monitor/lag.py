@@ -24,9 +24,13 @@ COMPONENT = "lag"
 
 
 def short_name(name: str, namespace: str) -> str:
-    """`ns.rollout` -> `rollout`, `ns-processors` -> `processors`, `ns.tasks` -> `tasks`; others unchanged."""
-    if name.startswith(namespace) and len(name) > len(namespace):
-        return name[len(namespace):].lstrip(".-_")
+    """`ns.rollout` -> `rollout`, `ns-processors` -> `processors`, `proc-ns` -> `proc`, `ns.tasks` -> `tasks`;
+    a name without the namespace stays as it is."""
+    for sep in ".-_":
+        if name.startswith(namespace + sep):
+            return name[len(namespace) + 1:]
+        if name.endswith(sep + namespace):
+            return name[:-len(namespace) - 1]
     return name
 
 

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from tests.helpers import produce, read_all
 from undertow.infra.cli import app
 from undertow.infra.monitor import Monitor, MonitorConfig
-from undertow.infra.monitor.lag import lag_values
+from undertow.infra.monitor.lag import lag_values, short_name
 from undertow.infra.report.namespace import LagReading, NamespaceStatus
 from undertow.infra.report.scaling import lag_report, trainer_wait_fraction
 from undertow.rollout.config import rollout_group
@@ -44,9 +44,11 @@ def test_lag_is_summed_per_group_and_the_largest_per_topic():
 def test_lag_metric_names_drop_the_namespace():
     status = NamespaceStatus({}, [LagReading("n.rollout", "n.tasks", 70, 100),
                                   LagReading("n-processors", "n.experiences.raw", 25, 40),
-                                  LagReading("undertow-trainer", "n.experiences.ready", 5, 8)], None)
+                                  LagReading("undertow-trainer", "n.experiences.ready", 5, 8),
+                                  LagReading("proc-n", "n.experiences.raw", 39, 40)], None)
     assert lag_values(lag_report(status), "n") == {
-        "group.rollout": 30.0, "group.processors": 15.0, "group.undertow-trainer": 3.0,  # no namespace in it: as is
+        "group.rollout": 30.0, "group.processors": 15.0, "group.proc": 1.0,  # an app_id `proc-<namespace>`
+        "group.undertow-trainer": 3.0,  # no namespace in it: as is
         "topic.tasks": 30.0, "topic.experiences.raw": 15.0, "topic.experiences.ready": 3.0}
 
 
@@ -98,7 +100,7 @@ def test_the_monitor_publishes_the_lag_status_json_gives(kafka, namespace, tmp_p
     assert last["topic.tasks"] == status["topic_lag"][topics.tasks]
     # The same groups and topics: the monitor's own group on the metrics topic moves with every event it
     # publishes and reads, so its figure is the one not compared.
-    assert {k for k in last if k.startswith("group.")} == {f"group.{g.removeprefix(namespace).lstrip('.-')}"
+    assert {k for k in last if k.startswith("group.")} == {f"group.{short_name(g, namespace)}"
                                                           for g in status["groups"]}
     assert last["trainer_wait_fraction"] == 0.5
     written = {tag: value for tag, _, value in map(json.loads, (tmp_path / "points.jsonl").read_text().splitlines())}
