@@ -82,7 +82,7 @@ class Monitor:
                         consumer.commit()  # after the sinks flushed: a crash rewrites, never skips
                         if any(d.record.component != LAG for d in deliveries):  # its own lag is not activity
                             last_data = time.monotonic()
-                    elif idle_timeout_s is not None and time.monotonic() - last_data > idle_timeout_s:
+                    if idle_timeout_s is not None and time.monotonic() - last_data > idle_timeout_s:
                         break
             finally:
                 for sink in self.sinks:
