@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Callable
 
 from undertow.infra.monitor.config import MonitorConfig
+from undertow.infra.monitor.lag import COMPONENT as LAG, LagPublisher
 from undertow.infra.monitor.sinks import Scalar, Sink, SinkContext, safe_tag, sinks
 from undertow.schemas import MetricEvent
-from undertow.streams import Delivery, RecordConsumer, RunContext
+from undertow.streams import Delivery, RecordConsumer, RecordProducer, RunContext
 
 log = logging.getLogger(__name__)
 SOURCE_LABELS = ("worker", "event", "child", "watcher")  # labels that tell two series of one component apart
@@ -58,11 +59,13 @@ class Monitor:
         self.sinks: list[Sink] = [sinks.resolve(entry)(self.context) for entry in cfg.sinks]
         self.clock = PlotStep()
         self.stats = MonitorStats()
+        self.lag = LagPublisher(context.kafka, namespace, cfg.lag_every_s)
 
     def run(self, stop: Callable[[], bool], idle_timeout_s: float | None = None) -> MonitorStats:
         """Write until `stop()` (then drain what is on the topic for up to `drain_s`) or idle too long."""
         with RecordConsumer(self.kafka, [], group_id=f"{self.topics.namespace}-monitor", expect=MetricEvent,
-                            rejected_topic=self.topics.rejected, stage="monitor") as consumer:
+                            rejected_topic=self.topics.rejected, stage="monitor") as consumer, \
+                RecordProducer(self.kafka) as producer:
             self._catch_up_clock(consumer)
             last_data, drain_until, ends = time.monotonic(), None, None
             try:
@@ -71,12 +74,15 @@ class Monitor:
                         drain_until, ends = time.monotonic() + self.cfg.drain_s, consumer.end_offsets()
                     if ends is not None and (consumer.reached(ends) or time.monotonic() > drain_until):
                         break
+                    if drain_until is None and (lag := self.lag.event()) is not None:
+                        producer.send(self.topics.metrics, lag, key=LAG)  # read back below, like any metric
                     deliveries = consumer.poll(timeout_ms=500)
                     if deliveries:
                         self._write(deliveries)
                         consumer.commit()  # after the sinks flushed: a crash rewrites, never skips
-                        last_data = time.monotonic()
-                    elif idle_timeout_s is not None and time.monotonic() - last_data > idle_timeout_s:
+                        if any(d.record.component != LAG for d in deliveries):  # its own lag is not activity
+                            last_data = time.monotonic()
+                    if idle_timeout_s is not None and time.monotonic() - last_data > idle_timeout_s:
                         break
             finally:
                 for sink in self.sinks:
@@ -97,6 +103,8 @@ class Monitor:
         consumer.assign(self.topics.metrics, committed)  # what was read past them is read again
 
     def _write(self, deliveries: list[Delivery[MetricEvent]]) -> None:
+        for d in deliveries:
+            self.lag.saw(d.record)
         scalars = [s for d in deliveries for s in scalars_of(d.record, self.clock.step_of(d.record))]
         for sink in self.sinks:
             sink.write(scalars)

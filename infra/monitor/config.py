@@ -22,6 +22,9 @@ class MonitorConfig(BaseModel):
     run: str | None = Field(None, description="the run's name in the sinks (`undertow run`: its directory's name; "
                                               "else the namespace)")
     stage: str = Field("main", description="the stage label: one TensorBoard / W&B / MLflow run per stage")
+    lag_every_s: float | None = Field(
+        10.0, gt=0, description="how often the consumer groups' lag and the trainer's wait fraction go to the "
+                                "metrics topic (component `lag`, infra/monitor/lag.py); none: never")
     drain_s: float = Field(15.0, ge=0, description="on SIGTERM, how long to go on writing what is already on the topic")
 
     @field_validator("sinks")

@@ -60,7 +60,8 @@ def test_a_run_stage_monitor_fills_tensorboard_wandb_and_mlflow_with_the_same_nu
     run_dir = tmp_path / "demo-20261201-120000"
     run_dir.mkdir()
     raw = {"namespace": namespace, "model": {"source": "tiny"},
-           "monitor": {"sinks": ["tensorboard", {"name": "wandb", "project": "undertow-test"}, "mlflow"]}}
+           "monitor": {"sinks": ["tensorboard", {"name": "wandb", "project": "undertow-test"}, "mlflow"],
+                       "lag_every_s": None}}  # the exact points below; the lag events: tests/infra/test_scaling.py
     run = Run(RunConfig.model_validate(raw), raw, run_dir)
     run.kafka = kafka
     stage_file, _, _ = run._stage_config(0, None)  # the file `undertow run` hands `undertow monitor`

@@ -1,0 +1,149 @@
+"""Elastic processor workers through the real broker: `undertow process` workers join a running
+consumer group and take raw partitions; one stopped with SIGTERM and one killed with SIGKILL hand
+theirs back; the books balance (every raw experience made ready once or rejected, none made ready twice).
+
+The rollout side of the same scenario is tests/rollout/test_elastic_broker.py; the processors get
+their own test because three Faust workers starting on two cores would swamp the rollout
+throughput that test measures."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from kafka.errors import KafkaError
+
+from tests.audit import audit
+from tests.helpers import ROOT, env, exp, read_all, wait_for, write_config
+from undertow.schemas import Experience, MetricEvent
+from undertow.streams import RecordProducer, Topics
+from undertow.streams.admin import admin_client
+
+pytestmark = pytest.mark.broker
+
+PARTITIONS = 4  # the catalog's default for experiences.raw
+PIPELINE = ["clean", "reshape"]  # clean's dedupe table catches what a killed worker left uncommitted
+# Faust's subscription metadata carries JSON kafka-python cannot decode; it says so at each look.
+logging.getLogger("kafka.admin._groups").setLevel(logging.ERROR)
+
+
+class Publisher:
+    """Prompt groups of 2 samples (rewards 0 and 1: never zero variance) sent steadily until stopped."""
+
+    def __init__(self, kafka, topic: str):
+        self.kafka, self.topic, self.sent, self.stop = kafka, topic, [], threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        with RecordProducer(self.kafka) as p:
+            g = 0
+            while not self.stop.is_set():
+                for e in (exp(f"e{g}", 0, 2, 0.0, text=f"a{g}"), exp(f"e{g}", 1, 2, 1.0, text=f"b{g}")):
+                    p.send(self.topic, e, key=e.group_id)
+                    self.sent.append(e.experience_id)
+                g += 1
+                time.sleep(0.02)  # ~100 experiences/s: a stream, not a backlog
+
+    def finish(self) -> list[str]:
+        self.stop.set()
+        self.thread.join(timeout=30)
+        return self.sent
+
+
+def start(config: Path, name: str, log_dir: Path) -> subprocess.Popen:
+    """`undertow process CONFIG` in its own process, as on another machine; `name` labels its metrics."""
+    log = open(log_dir / f"{name}.log", "w")
+    return subprocess.Popen([sys.executable, "-m", "undertow.infra.cli", "process", str(config),
+                             "--worker-name", name], cwd=ROOT, env=env(), stdout=log, stderr=subprocess.STDOUT)
+
+
+def raw_assignment(kafka, group: str, raw: str) -> list[set[int]]:
+    """The raw partitions each member of the group holds now (one set per member), sorted by size."""
+    try:
+        with admin_client(kafka) as admin:
+            desc = admin.describe_groups([group])[group]
+    except KafkaError:  # no coordinator yet (a fresh broker makes its offsets topic on first use)
+        return []
+    if desc.get("error") or desc.get("group_state") != "Stable":
+        return []
+    held = []
+    for member in desc["members"]:
+        assignment = member.get("member_assignment") or {}  # decoded: Faust's assignor uses the standard layout
+        held.append({p for t in assignment.get("assigned_partitions", ()) if t["topic"] == raw
+                     for p in t["partitions"]})
+    return sorted(held, key=len)
+
+
+def processed_by(kafka, topics: Topics) -> Counter[str]:
+    """Records each worker took in (its first stage's latest `in` counter on the metrics topic)."""
+    seen: Counter[str] = Counter()
+    for m in read_all(kafka, topics.metrics, MetricEvent):
+        if "worker" in m.labels and f"{PIPELINE[0]}.in" in m.values:
+            seen[m.labels["worker"]] = max(seen[m.labels["worker"]], int(m.values[f"{PIPELINE[0]}.in"]))
+    return seen
+
+
+def test_processor_workers_join_and_leave_a_running_group(kafka, namespace, tmp_path, capsys):
+    topics, app_id = Topics(namespace), f"proc-{namespace}"
+    config = write_config(tmp_path / "run.yaml", namespace, processors={
+        "pipeline": PIPELINE, "app_id": app_id, "metrics_every_s": 1.0, "group_timeout_s": 120})
+
+    def split(n: int):
+        """True once n members hold the raw partitions between them, each at least one."""
+        def check() -> bool:
+            held = raw_assignment(kafka, app_id, topics.raw)
+            return len(held) == n and all(held) and set().union(*held) == set(range(PARTITIONS))
+        return check
+
+    workers = {"p1": start(config, "p1", tmp_path)}
+    publisher = Publisher(kafka, topics.raw)
+    try:
+        wait_for(split(1), 150, "p1 to hold every raw partition", every=0.5)
+        # p2 and p3 join the running group: the rebalance hands each some of p1's partitions.
+        workers |= {n: start(config, n, tmp_path) for n in ("p2", "p3")}
+        wait_for(split(3), 150, "three workers to share the raw partitions", every=0.5)
+        wait_for(lambda: all(processed_by(kafka, topics)[n] > 0 for n in workers), 30, "every worker to process")
+        workers["p1"].send_signal(signal.SIGTERM)  # leaves the group at once: its partitions go to p2 and p3
+        assert workers["p1"].wait(60) == 0
+        wait_for(split(2), 30, "p2 and p3 to take p1's partitions", every=0.5)
+        workers["p2"].kill()  # no goodbye: the broker notices after the 10 s session timeout
+        wait_for(split(1), 60, "p3 to take every partition", every=0.5)
+        before = processed_by(kafka, topics)["p3"]
+        wait_for(lambda: processed_by(kafka, topics)["p3"] > before + 50, 30, "p3 to process what p2 left")
+        sent = set(publisher.finish())
+
+        def everything() -> bool:
+            ready = {e.experience_id for e in read_all(kafka, topics.ready, Experience)}
+            return ready | set(audit(kafka, namespace, tmp_path / "no-ledger").rejected) >= sent
+
+        wait_for(everything, 60, "every experience sent to be ready or rejected", every=1.0)
+    finally:
+        publisher.stop.set()
+        for proc in workers.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in workers.values():
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+    # The books (tests/audit.py). No trainer runs here: what it would train is what is ready, so each
+    # ready record counts as one training (the trainer's own dedupe is not needed, and not tested).
+    books = audit(kafka, namespace, tmp_path / "no-ledger")
+    books.trained.update(e.experience_id for e in read_all(kafka, topics.ready, Experience))
+    with capsys.disabled():
+        print(f"\nelastic processors: {books.summary()}; records per worker {dict(processed_by(kafka, topics))}")
+    assert books.published == sent
+    assert not books.lost and not books.twice, books.summary()
+    # The killed worker's uncommitted input is read again by p3: the dedupe table catches it.
+    assert set(books.rejected_by_reason) <= {"clean/duplicate"}, books.summary()
+    assert all(processed_by(kafka, topics)[n] > 0 for n in ("p1", "p2", "p3"))
