@@ -62,6 +62,7 @@ class Score:
         self.scorer = SCORERS.resolve(scorer).bind() if scorer is not None else None
         self.batch_size, self.add_to_reward, self.overwrite = batch_size, add_to_reward, overwrite
         self.runs_off_loop = self.scorer is not None  # a model's batch takes seconds (streams/faust/worker.py)
+        self.own_deadline = self.scorer is not None  # the scorer waits at most its timeout_s (kernel/scoring/base.py)
 
     def process_batch(self, exps: list[Experience]) -> list[Experience | Reject]:
         components = [self._rewards(exp) for exp in exps]
