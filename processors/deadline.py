@@ -9,8 +9,8 @@ the next calls. Past `max_hung` of them the pipeline says it is `wedged`, and th
 restarted fresh once the records that hung are dead-lettered and committed (streams/faust/worker.py).
 
 One helper thread at a time, reused across calls: a thread per call would cost a start per stage and
-batch. A stage whose call has a deadline of its own (a model scorer, `own_deadline = True`) is
-called directly.
+batch. A stage that runs only undertow's own code, or whose call keeps a deadline of its own (a model
+scorer), says `bounded = True` and is called directly.
 """
 
 from __future__ import annotations
@@ -21,6 +21,14 @@ from concurrent.futures import Future, TimeoutError as FutureTimeout
 from typing import Any, Callable
 
 TIMEOUT = "timeout"  # the rejected record's reason
+
+
+def built_in(*objs: Any) -> bool:
+    """Whether every function or object of `objs` is undertow's own code (a user's may hang)."""
+    def module(obj: Any) -> str:
+        obj = getattr(obj, "func", obj)  # a functools.partial: a registry's bound function
+        return getattr(obj, "__module__", None) or type(obj).__module__
+    return all(module(obj).startswith("undertow.") for obj in objs)
 
 
 class StageTimeout(RuntimeError):

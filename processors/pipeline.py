@@ -189,8 +189,9 @@ class Pipeline:
         return results
 
     def _call(self, stage: Stage, method: Callable[[list[Experience]], Any], exps: list[Experience]) -> Any:
-        """A stage's call under the deadline, unless the stage keeps a deadline of its own."""
-        if getattr(stage.impl, "own_deadline", False):
+        """A stage's call under the deadline, unless the stage runs only undertow's code or keeps a deadline
+        of its own (`bounded`): a thread hop per group cost up to a third of a plain pipeline's throughput."""
+        if getattr(stage.impl, "bounded", False):
             return method(exps)
         try:
             return self.deadline.call(f"processor {stage.name!r}", method, exps)

@@ -89,3 +89,10 @@ def test_a_deadline_the_watchdog_could_not_wait_for_is_refused():
     with pytest.raises(ValueError, match="stage_timeout_s: 20 s is too long for stall_timeout_s 120 s"):
         ProcessorsConfig(stage_timeout_s=20.0)
     assert ProcessorsConfig(stage_timeout_s=None, stall_timeout_s=1.0).stage_timeout_s is None
+
+
+def test_only_stages_running_user_code_pay_for_the_deadline():
+    """A thread hop per group cost up to a third of a plain pipeline's throughput: built-ins run directly."""
+    h = Harness(["clean", "reshape", "prioritize", "score", HANG,
+                 {"name": "score", "scores": ["tests.processors.plugins.explode_on"]}], stage_timeout_s=TIMEOUT_S)
+    assert [getattr(s.impl, "bounded", False) for s in h.pipeline.stages] == [True, True, True, True, False, False]
