@@ -9,7 +9,7 @@ from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 
 from undertow.schemas import DecodeError, Record, decode, record_types
 from undertow.streams.admin import topic_partitions
-from undertow.streams.connect import connect
+from undertow.streams.connect import connect, outlast
 from undertow.streams.producer import RecordProducer
 from undertow.streams.settings import KafkaSettings
 
@@ -155,9 +155,10 @@ class RecordConsumer(Generic[R]):
         if self._producer is not None:
             self._producer.flush()
         if offsets is None:
-            self._consumer.commit()
+            outlast(self._settings, "a commit", self._consumer.commit)
         else:
-            self._consumer.commit({TopicPartition(*p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()})
+            outlast(self._settings, "a commit", self._consumer.commit,
+                    {TopicPartition(*p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()})
 
     def close(self) -> None:
         self._consumer.close()
@@ -211,8 +212,13 @@ class GroupLag:
         # A group member that never subscribes: it reads the group's commits, it does not join.
         self._consumer = connect(KafkaConsumer, settings, group_id=group, enable_auto_commit=False)
         self.parts = topic_partitions(self._consumer, topic)
+        self.settings = settings
 
     def __call__(self) -> int:
+        """The lag now; while no broker answers (an outage), waits for one, saying so."""
+        return outlast(self.settings, f"the lag of {self.group} on {self.topic}", self._lag)
+
+    def _lag(self) -> int:
         ends = self._consumer.end_offsets(self.parts)
         starts = self._consumer.beginning_offsets(self.parts)  # a committed offset may predate retention
         done = {tp: self._consumer.committed(tp) for tp in self.parts}  # None: nothing committed yet
