@@ -7,10 +7,12 @@ After the demo's SFT warm-up, for `--minutes` of the RL stage: SIGKILL a random 
 (`--components`, its whole process group, as if its machine died) every 20-40 s, kill one of the
 3 brokers every `--broker-every-s` and bring it back `--broker-down-s` later, and send poison
 records (undecodable bytes, a wrong schema version, invalid fields, another kind) onto
-experiences.raw from a plain producer at `--poison` of the raw traffic. Then the chaos stops, the
+experiences.raw from a plain producer at `--poison` of the raw traffic; at `--damage-checkpoint-at` of the
+time, truncate the trainer's newest checkpoint and SIGKILL it (it must fall back to the previous one).
+`--brokers 1` makes a broker's kill an outage of the whole cluster (the CI version: 120 s). Then the chaos stops, the
 feeder is stopped cleanly, the run drains and ends, and the books are checked (tests/audit.py):
 published / trained / rejected by reason / lost / trained twice / tasks missing, restarts per
-component, and the reward before and after. Exits 1 if anything was lost, trained twice or missing,
+component, the seconds of training progress each fault cost, and the reward before and after. Exits 1 if anything was lost, trained twice or missing,
 or if the run did not finish.
 """
 
@@ -215,6 +217,7 @@ def make_chaos(run_dir: Path, cluster: LocalKafka, args: argparse.Namespace, cha
                 print(f"[chaos {now - started:5.0f}s] truncated the newest checkpoint, SIGKILL trainer (pid {pid})",
                       flush=True)
             damage_at = float("inf")
+            next_kill = max(next_kill, now + args.kill_every_s[0])  # not the trainer just killed, again
         if names and now >= next_kill and (args.kills is None or sum(chaos.kills.values()) < args.kills):
             name = rng.choice(names)
             pid = pid_of(run_dir, name)
