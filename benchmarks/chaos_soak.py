@@ -61,6 +61,7 @@ class Chaos:
     kills: dict[str, int] = field(default_factory=dict)
     broker_kills: int = 0
     checkpoints_damaged: int = 0
+    disk_fills: int = 0
     poison_sent: int = 0
     raw_seen: int = 0
     chaos_s: float = 0.0
@@ -72,13 +73,17 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.workdir or tempfile.mkdtemp(prefix="chaos-soak-"))
     cluster = LocalKafka(work / "cluster", port=free_port_block(2 * args.brokers), nodes=args.brokers, heap="384m").start()
     kafka = KafkaSettings(bootstrap_servers=cluster.bootstrap_servers)
-    proc = start_run(run_config(args), work, cluster.bootstrap_servers)
+    disk = SmallDisk(work / "archive-disk") if args.fill_disk_at >= 0 else None
+    cfg = run_config(args)
+    if disk is not None and disk.mounted:
+        cfg["archive"] = {**cfg.get("archive", {}), "root": str(disk.path / "archive")}
+    proc = start_run(cfg, work, cluster.bootstrap_servers)
     chaos = Chaos()
     try:
         run_dir = wait_for_rl(proc, work / "runs", min_step=args.before_steps)
         before_step = trainer_step(run_dir)
         with PoisonFeed(kafka, args.poison, args.seed, chaos):
-            make_chaos(run_dir, cluster, args, chaos, proc)
+            make_chaos(run_dir, cluster, args, chaos, proc, disk if disk is not None and disk.mounted else None)
         if proc.poll() is None:  # else the run failed under the chaos: report how far it got
             time.sleep(args.settle_s)  # restarts in backoff come back before the feeder is stopped
             stop_feeder(run_dir, proc)
@@ -87,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop_run(proc)  # a soak that failed half-way must not leave its run behind
         cluster.stop()
+        if disk is not None:
+            disk.close()
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     ok = result["run_status"] == "done" and not (result["lost"] or result["trained_twice"] or result["tasks_missing"])
@@ -108,6 +115,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "every component until it is back)")
     p.add_argument("--damage-checkpoint-at", type=float, default=0.5, help="when (a fraction of --minutes) to "
                    "truncate the trainer's newest checkpoint and SIGKILL it: it must fall back (negative: never)")
+    p.add_argument("--fill-disk-at", type=float, default=0.3, help="when (a fraction of --minutes) to fill the "
+                   "archive's disk (a small tmpfs: needs root; negative: never)")
+    p.add_argument("--fill-disk-s", type=float, default=30.0, help="how long the archive's disk stays full")
     p.add_argument("--poison", type=float, default=0.10, help="poison records per record of raw traffic")
     p.add_argument("--before-steps", type=int, default=10, help="RL steps before the chaos starts ('before' reward)")
     p.add_argument("--settle-s", type=float, default=40.0, help="wait after the chaos before stopping the feeder")
@@ -196,7 +206,7 @@ def pid_of(run_dir: Path, name: str) -> int | None:
 
 
 def make_chaos(run_dir: Path, cluster: LocalKafka, args: argparse.Namespace, chaos: Chaos,
-               proc: subprocess.Popen) -> None:
+               proc: subprocess.Popen, disk: "SmallDisk | None" = None) -> None:
     """Kill components and bounce brokers until the time is up (or the kills are done)."""
     rng = random.Random(args.seed)
     names = [n.strip() for n in args.components.split(",") if n.strip()]
@@ -206,8 +216,20 @@ def make_chaos(run_dir: Path, cluster: LocalKafka, args: argparse.Namespace, cha
     next_broker = started + args.broker_every_s if args.broker_every_s > 0 else float("inf")
     down: tuple[int, float] | None = None  # (node, when it comes back)
     damage_at = started + args.damage_checkpoint_at * args.minutes * 60 if args.damage_checkpoint_at >= 0 else float("inf")
+    fill_at = started + args.fill_disk_at * args.minutes * 60 if disk is not None else float("inf")
+    free_at = float("inf")
     while time.monotonic() < end and proc.poll() is None:
         now = time.monotonic()
+        if now >= fill_at:
+            taken = disk.fill()
+            chaos.disk_fills += 1
+            chaos.events.append((time.time(), f"archive disk full {args.fill_disk_s:.0f} s"))
+            print(f"[chaos {now - started:5.0f}s] filled the archive's disk ({taken >> 20} MiB)", flush=True)
+            fill_at, free_at = float("inf"), now + args.fill_disk_s
+        if now >= free_at:
+            disk.free()
+            print(f"[chaos {now - started:5.0f}s] the archive's disk has room again", flush=True)
+            free_at = float("inf")
         if now >= damage_at and damage_checkpoint(run_dir):
             pid = pid_of(run_dir, "trainer")
             if pid is not None and kill_group(pid):
@@ -243,7 +265,40 @@ def make_chaos(run_dir: Path, cluster: LocalKafka, args: argparse.Namespace, cha
         time.sleep(0.5)
     if down is not None:
         cluster.start_node(down[0])
+    if free_at != float("inf"):
+        disk.free()
     chaos.chaos_s = time.monotonic() - started
+
+
+class SmallDisk:
+    """A tmpfs of `mb` MiB for the archive (mounting needs root: without it the fault is left out, and
+    said so); `fill()` takes every free byte with a file, `free()` gives them back."""
+
+    def __init__(self, path: Path, mb: int = 256):
+        self.path, self.filler = path, path / ".filler"
+        path.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mb}m", "tmpfs", str(path)], capture_output=True,
+                              text=True)
+        self.mounted = done.returncode == 0
+        if not self.mounted:
+            print(f"[chaos] no disk fill: cannot mount a tmpfs ({done.stderr.strip()})", flush=True)
+
+    def fill(self) -> int:
+        taken, chunk = 0, b"\0" * (1 << 20)
+        with open(self.filler, "wb", buffering=0) as f:
+            try:
+                while True:
+                    taken += f.write(chunk)
+            except OSError:  # ENOSPC: full
+                pass
+        return taken
+
+    def free(self) -> None:
+        self.filler.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self.mounted:
+            subprocess.run(["umount", "-l", str(self.path)], capture_output=True)
 
 
 def damage_checkpoint(run_dir: Path) -> bool:
@@ -357,7 +412,7 @@ def report(kafka: KafkaSettings, run_dir: Path, chaos: Chaos, before_step: int, 
     }
     result.pop("events")
     print(f"chaos soak: {result['chaos_s']} s of chaos; killed {chaos.kills}, brokers {chaos.broker_kills}, "
-          f"checkpoints damaged {chaos.checkpoints_damaged}; "
+          f"checkpoints damaged {chaos.checkpoints_damaged}, archive disk filled {chaos.disk_fills}; "
           f"poison {chaos.poison_sent} per {chaos.raw_seen} raw records")
     print(f"books: {books.summary()}")
     print(f"seconds of progress each fault cost: {result['progress_cost_s']}; load average {result['load_avg']}")
