@@ -78,7 +78,9 @@ class RecordConsumer(Generic[R]):
         """Read every partition of `topics` (and nothing else, no group rebalancing) from `start`;
         returns the offset each partition starts at. A missing topic raises TopicNotFound."""
         names = [topics] if isinstance(topics, str) else list(topics)
-        parts = [tp for topic in names for tp in topic_partitions(self._consumer, topic)]
+        # A broker's outage (the trainer restarting while one is down) is waited out, not a crash.
+        parts = [tp for topic in names
+                 for tp in outlast(self._settings, f"the partitions of {topic}", topic_partitions, self._consumer, topic)]
         self._consumer.assign(parts)
         offsets = self._start_offsets(parts, start)
         for tp in parts:
