@@ -7,10 +7,12 @@ After the demo's SFT warm-up, for `--minutes` of the RL stage: SIGKILL a random 
 (`--components`, its whole process group, as if its machine died) every 20-40 s, kill one of the
 3 brokers every `--broker-every-s` and bring it back `--broker-down-s` later, and send poison
 records (undecodable bytes, a wrong schema version, invalid fields, another kind) onto
-experiences.raw from a plain producer at `--poison` of the raw traffic. Then the chaos stops, the
+experiences.raw from a plain producer at `--poison` of the raw traffic; at `--damage-checkpoint-at` of the
+time, truncate the trainer's newest checkpoint and SIGKILL it (it must fall back to the previous one).
+`--brokers 1` makes a broker's kill an outage of the whole cluster (the CI version: 120 s). Then the chaos stops, the
 feeder is stopped cleanly, the run drains and ends, and the books are checked (tests/audit.py):
 published / trained / rejected by reason / lost / trained twice / tasks missing, restarts per
-component, and the reward before and after. Exits 1 if anything was lost, trained twice or missing,
+component, the seconds of training progress each fault cost, and the reward before and after. Exits 1 if anything was lost, trained twice or missing,
 or if the run did not finish.
 """
 
@@ -58,23 +60,30 @@ class Chaos:
 
     kills: dict[str, int] = field(default_factory=dict)
     broker_kills: int = 0
+    checkpoints_damaged: int = 0
+    disk_fills: int = 0
     poison_sent: int = 0
     raw_seen: int = 0
     chaos_s: float = 0.0
+    events: list = field(default_factory=list)  # (wall time, what): each fault, for what it cost in progress
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="chaos-soak-"))
-    cluster = LocalKafka(work / "cluster", port=free_port_block(6), nodes=3, heap="384m").start()
+    cluster = LocalKafka(work / "cluster", port=free_port_block(2 * args.brokers), nodes=args.brokers, heap="384m").start()
     kafka = KafkaSettings(bootstrap_servers=cluster.bootstrap_servers)
-    proc = start_run(run_config(args), work, cluster.bootstrap_servers)
+    disk = SmallDisk(work / "archive-disk") if args.fill_disk_at >= 0 else None
+    cfg = run_config(args)
+    if disk is not None and disk.mounted:
+        cfg["archive"] = {**cfg.get("archive", {}), "root": str(disk.path / "archive")}
+    proc = start_run(cfg, work, cluster.bootstrap_servers)
     chaos = Chaos()
     try:
         run_dir = wait_for_rl(proc, work / "runs", min_step=args.before_steps)
         before_step = trainer_step(run_dir)
         with PoisonFeed(kafka, args.poison, args.seed, chaos):
-            make_chaos(run_dir, cluster, args, chaos, proc)
+            make_chaos(run_dir, cluster, args, chaos, proc, disk if disk is not None and disk.mounted else None)
         if proc.poll() is None:  # else the run failed under the chaos: report how far it got
             time.sleep(args.settle_s)  # restarts in backoff come back before the feeder is stopped
             stop_feeder(run_dir, proc)
@@ -83,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop_run(proc)  # a soak that failed half-way must not leave its run behind
         cluster.stop()
+        if disk is not None:
+            disk.close()
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
     ok = result["run_status"] == "done" and not (result["lost"] or result["trained_twice"] or result["tasks_missing"])
@@ -98,6 +109,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--kills", type=int, default=None, help="stop killing after this many (default: no limit)")
     p.add_argument("--broker-every-s", type=float, default=200.0, help="seconds between broker kills (0: none)")
     p.add_argument("--broker-down-s", type=float, default=30.0, help="how long a killed broker stays down")
+    p.add_argument("--broker-bounces", type=int, default=None, help="stop bouncing brokers after this many "
+                   "(default: no limit); with --kills, the chaos ends once both are done")
+    p.add_argument("--brokers", type=int, default=3, help="brokers in the cluster (1: a broker's outage stops "
+                   "every component until it is back)")
+    p.add_argument("--damage-checkpoint-at", type=float, default=0.5, help="when (a fraction of --minutes) to "
+                   "truncate the trainer's newest checkpoint and SIGKILL it: it must fall back (negative: never)")
+    p.add_argument("--fill-disk-at", type=float, default=0.3, help="when (a fraction of --minutes) to fill the "
+                   "archive's disk (a small tmpfs: needs root; negative: never)")
+    p.add_argument("--fill-disk-s", type=float, default=30.0, help="how long the archive's disk stays full")
     p.add_argument("--poison", type=float, default=0.10, help="poison records per record of raw traffic")
     p.add_argument("--before-steps", type=int, default=10, help="RL steps before the chaos starts ('before' reward)")
     p.add_argument("--settle-s", type=float, default=40.0, help="wait after the chaos before stopping the feeder")
@@ -186,7 +206,7 @@ def pid_of(run_dir: Path, name: str) -> int | None:
 
 
 def make_chaos(run_dir: Path, cluster: LocalKafka, args: argparse.Namespace, chaos: Chaos,
-               proc: subprocess.Popen) -> None:
+               proc: subprocess.Popen, disk: "SmallDisk | None" = None) -> None:
     """Kill components and bounce brokers until the time is up (or the kills are done)."""
     rng = random.Random(args.seed)
     names = [n.strip() for n in args.components.split(",") if n.strip()]
@@ -195,31 +215,117 @@ def make_chaos(run_dir: Path, cluster: LocalKafka, args: argparse.Namespace, cha
     next_kill = started + rng.uniform(*args.kill_every_s)
     next_broker = started + args.broker_every_s if args.broker_every_s > 0 else float("inf")
     down: tuple[int, float] | None = None  # (node, when it comes back)
+    damage_at = started + args.damage_checkpoint_at * args.minutes * 60 if args.damage_checkpoint_at >= 0 else float("inf")
+    fill_at = started + args.fill_disk_at * args.minutes * 60 if disk is not None else float("inf")
+    free_at = float("inf")
     while time.monotonic() < end and proc.poll() is None:
         now = time.monotonic()
-        if now >= next_kill and (args.kills is None or sum(chaos.kills.values()) < args.kills):
+        if now >= fill_at:
+            taken = disk.fill()
+            chaos.disk_fills += 1
+            chaos.events.append((time.time(), f"archive disk full {args.fill_disk_s:.0f} s"))
+            print(f"[chaos {now - started:5.0f}s] filled the archive's disk ({taken >> 20} MiB)", flush=True)
+            fill_at, free_at = float("inf"), now + args.fill_disk_s
+        if now >= free_at:
+            disk.free()
+            print(f"[chaos {now - started:5.0f}s] the archive's disk has room again", flush=True)
+            free_at = float("inf")
+        if now >= damage_at and damage_checkpoint(run_dir):
+            pid = pid_of(run_dir, "trainer")
+            if pid is not None and kill_group(pid):
+                chaos.checkpoints_damaged += 1
+                chaos.kills["trainer"] = chaos.kills.get("trainer", 0) + 1
+                chaos.events.append((time.time(), "damaged checkpoint"))
+                print(f"[chaos {now - started:5.0f}s] truncated the newest checkpoint, SIGKILL trainer (pid {pid})",
+                      flush=True)
+            damage_at = float("inf")
+            next_kill = max(next_kill, now + args.kill_every_s[0])  # not the trainer just killed, again
+        if names and now >= next_kill and (args.kills is None or sum(chaos.kills.values()) < args.kills):
             name = rng.choice(names)
             pid = pid_of(run_dir, name)
             if pid is not None and kill_group(pid):
                 chaos.kills[name] = chaos.kills.get(name, 0) + 1
+                chaos.events.append((time.time(), f"kill {name}"))
                 print(f"[chaos {now - started:5.0f}s] SIGKILL {name} (pid {pid})", flush=True)
                 next_kill = now + rng.uniform(*args.kill_every_s)
-        if down is None and now >= next_broker:
+        if down is None and now >= next_broker and (args.broker_bounces is None or chaos.broker_kills < args.broker_bounces):
             node = rng.choice(cluster.running_nodes())
             cluster.stop_node(node, kill=True)
             chaos.broker_kills += 1
+            chaos.events.append((time.time(), f"broker down {args.broker_down_s:.0f} s"))
             down = (node, now + args.broker_down_s)
             print(f"[chaos {now - started:5.0f}s] SIGKILL broker {node}", flush=True)
         if down is not None and now >= down[1]:
             cluster.start_node(down[0])
             print(f"[chaos {time.monotonic() - started:5.0f}s] broker {down[0]} back", flush=True)
             down, next_broker = None, time.monotonic() + args.broker_every_s
-        if args.kills is not None and sum(chaos.kills.values()) >= args.kills and down is None:
-            break  # the kills asked for are done; the settle time after them lets the last one restart
+        bounces_done = args.broker_every_s <= 0 or (args.broker_bounces is not None and chaos.broker_kills >= args.broker_bounces)
+        if args.kills is not None and sum(chaos.kills.values()) >= args.kills and down is None and bounces_done:
+            break  # the kills and bounces asked for are done; the settle time after them lets the last one restart
         time.sleep(0.5)
     if down is not None:
         cluster.start_node(down[0])
+    if free_at != float("inf"):
+        disk.free()
     chaos.chaos_s = time.monotonic() - started
+
+
+class SmallDisk:
+    """A tmpfs of `mb` MiB for the archive (mounting needs root: without it the fault is left out, and
+    said so); `fill()` takes every free byte with a file, `free()` gives them back."""
+
+    def __init__(self, path: Path, mb: int = 256):
+        self.path, self.filler = path, path / ".filler"
+        path.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mb}m", "tmpfs", str(path)], capture_output=True,
+                              text=True)
+        self.mounted = done.returncode == 0
+        if not self.mounted:
+            print(f"[chaos] no disk fill: cannot mount a tmpfs ({done.stderr.strip()})", flush=True)
+
+    def fill(self) -> int:
+        taken, chunk = 0, b"\0" * (1 << 20)
+        with open(self.filler, "wb", buffering=0) as f:
+            try:
+                while True:
+                    taken += f.write(chunk)
+            except OSError:  # ENOSPC: full
+                pass
+        return taken
+
+    def free(self) -> None:
+        self.filler.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self.mounted:
+            subprocess.run(["umount", "-l", str(self.path)], capture_output=True)
+
+
+def damage_checkpoint(run_dir: Path) -> bool:
+    """Truncate the largest file of the trainer's newest checkpoint to half (a crash mid-copy, a bad disk)."""
+    root = run_dir / "checkpoints" / f"{NAMESPACE}-{STAGE}"
+    try:
+        newest = root / (root / "LATEST").read_text().strip()
+        victim = max((f for f in newest.rglob("*") if f.is_file()), key=lambda f: f.stat().st_size)
+    except (OSError, ValueError):
+        return False  # no checkpoint yet: try again later
+    with open(victim, "r+b") as f:
+        f.truncate(victim.stat().st_size // 2)
+    return True
+
+
+def progress_cost(events: list, rows: list[dict]) -> dict[str, list[float]]:
+    """Seconds of training progress each fault cost: the wait for the trainer's next step after it, less
+    the median wait between steps (what the step would have taken anyway)."""
+    times = sorted(r["time"] for r in rows)
+    gaps = sorted(b - a for a, b in zip(times, times[1:]))
+    usual = gaps[len(gaps) // 2] if gaps else 0.0
+    cost: dict[str, list[float]] = {}
+    for when, what in events:
+        after = next((t for t in times if t > when), None)
+        if after is not None:
+            cost.setdefault(what, []).append(round(max(0.0, after - when - usual), 1))
+    return cost
 
 
 def kill_group(pid: int) -> bool:
@@ -301,10 +407,15 @@ def report(kafka: KafkaSettings, run_dir: Path, chaos: Chaos, before_step: int, 
         "reward_before": sum(before) / len(before) if before else None,
         "reward_after": sum(after) / len(after) if after else None,
         "run_dir": str(run_dir),
+        "progress_cost_s": progress_cost(chaos.events, trainer_rows(run_dir)),
+        "load_avg": os.getloadavg(),
     }
-    print(f"chaos soak: {result['chaos_s']} s of chaos; killed {chaos.kills}, brokers {chaos.broker_kills}; "
+    result.pop("events")
+    print(f"chaos soak: {result['chaos_s']} s of chaos; killed {chaos.kills}, brokers {chaos.broker_kills}, "
+          f"checkpoints damaged {chaos.checkpoints_damaged}, archive disk filled {chaos.disk_fills}; "
           f"poison {chaos.poison_sent} per {chaos.raw_seen} raw records")
     print(f"books: {books.summary()}")
+    print(f"seconds of progress each fault cost: {result['progress_cost_s']}; load average {result['load_avg']}")
     print(f"restarts per component: {result['restarts']}; run {state['status']} (exit {code})")
     print(f"reward: {result['reward_before'] or float('nan'):.3f} (steps <= {before_step:.0f}) -> "
           f"{result['reward_after'] or float('nan'):.3f} (last 20 of {result['trainer_steps']} steps)")

@@ -18,6 +18,8 @@ class Clean:
     drops a response identical to an earlier one for the same task (diversity); None turns it off.
     """
 
+    bounded = True  # undertow's own quick checks: called without the stage deadline (pipeline.py)
+
     def __init__(self, *, empty: Literal["drop", "keep"] = "drop", truncated: Literal["drop", "keep"] = "keep",
                  min_response_tokens: int = 0, max_response_tokens: int | None = None,
                  max_prompt_tokens: int | None = None, dedupe: Literal["sample", "response"] | None = "sample",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 DEFAULT_PIPELINE: list[Any] = ["clean", "reshape", "prioritize"]
 
@@ -27,6 +27,13 @@ class ProcessorsConfig(BaseModel):
     batch_within_s: float = Field(0.01, gt=0, description="longest wait to fill a batch, in seconds")
     tick_every_s: float = Field(1.0, gt=0, description="how often timed-out groups are looked for")
     metrics_every_s: float = Field(5.0, gt=0, description="how often per-stage counters go to the metrics topic")
+    stage_timeout_s: float | None = Field(
+        10.0, gt=0, description="longest wait for one processor call (a plugin, a data-juicer op) on a batch or a "
+                                "record; a record whose call takes longer is rejected with reason `timeout` (a "
+                                "model scorer keeps its own timeout_s); None: no limit")
+    max_hung_calls: int = Field(
+        8, ge=1, description="processor calls left hanging past stage_timeout_s (Python cannot stop their threads) "
+                             "before the worker commits and exits to be restarted fresh")
     stall_timeout_s: float = Field(
         120.0, gt=0, description="a worker whose start-up or batch takes longer exits (code 75) to be restarted")
     resync_after_s: float = Field(
@@ -35,6 +42,17 @@ class ProcessorsConfig(BaseModel):
                             "other partitions never counts: see streams/faust/delivery.py)")
     idle_exit_s: float | None = Field(
         None, gt=0, description="stop after this many seconds without a record (tests, benchmarks); None: run until SIGTERM")
+
+    @model_validator(mode="after")
+    def _deadline_fits_the_watchdog(self) -> "ProcessorsConfig":
+        from undertow.processors.pipeline import HANGS_PER_BATCH
+
+        # A batch may wait its call's deadline and then one per record that hangs again, up to the cap;
+        # with twice that to spare, the watchdog never restarts a worker for a hung plugin.
+        if self.stage_timeout_s is not None and 2 * (HANGS_PER_BATCH + 1) * self.stage_timeout_s > self.stall_timeout_s:
+            raise ValueError(f"stage_timeout_s: {self.stage_timeout_s:g} s is too long for stall_timeout_s "
+                             f"{self.stall_timeout_s:g} s: at most stall_timeout_s / {2 * (HANGS_PER_BATCH + 1)}")
+        return self
 
     @field_validator("pipeline")
     @classmethod

@@ -29,6 +29,7 @@ class DataJuicer:
         self.names = [name for name, _ in loaded]
         self.ops = [op for _, op in loaded]
         self.tokenizer = None
+        self.now_running: str | None = None  # the op at work: a timeout's detail names it (pipeline.py)
         if tokenizer is not None:
             from undertow.kernel.models import ModelSpec, build_tokenizer
 
@@ -49,6 +50,7 @@ class DataJuicer:
         for name, op in zip(self.names, self.ops):
             if not alive:
                 break
+            self.now_running = f"data-juicer op {name!r}"
             samples = {TEXT_KEY: [texts[i] for i in alive], Fields.stats: [{} for _ in alive]}
             if isinstance(op, Filter):
                 samples = op.compute_stats_batched(samples)
@@ -65,6 +67,7 @@ class DataJuicer:
                     texts[i] = text
             else:
                 raise RuntimeError(f"data_juicer op {name}: only filters and mappers apply to single records")
+        self.now_running = None
         return [verdict or self._rewritten(exp, text) for exp, verdict, text in zip(exps, verdicts, texts)]
 
     def _rewritten(self, exp: Experience, text: str) -> Experience:

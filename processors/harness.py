@@ -14,11 +14,13 @@ class Harness:
     """Feed experiences, move the clock, and read back everything that came out so far."""
 
     def __init__(self, entries: list[str | Mapping[str, Any]], *, group_timeout_s: float = 60.0,
-                 on_timeout: Literal["emit", "reject"] = "emit", max_open_groups: int = 100_000):
+                 on_timeout: Literal["emit", "reject"] = "emit", max_open_groups: int = 100_000,
+                 stage_timeout_s: float | None = None, max_hung_calls: int = 8):
         self.now = 1_700_000_000.0
         self.pipeline = Pipeline.from_config(entries, context=StageContext(clock=lambda: self.now),
                                              group_timeout_s=group_timeout_s, on_timeout=on_timeout,
-                                             max_open_groups=max_open_groups)
+                                             max_open_groups=max_open_groups, stage_timeout_s=stage_timeout_s,
+                                             max_hung_calls=max_hung_calls)
         self.out = Output()
 
     def feed(self, exps: list[Experience], batch_size: int | None = None) -> Output:

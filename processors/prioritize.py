@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from undertow.schemas import Experience, TaskStat
+from undertow.processors.deadline import built_in
 from undertow.processors.api import processor
 from undertow.processors.state import StageContext
 
@@ -42,6 +43,7 @@ class Prioritize:
         self.weights = (advantage_weight, freshness_weight, difficulty_weight)
         self.floor, self.success_threshold = floor, success_threshold
         self.formula = _import(formula) if formula else None
+        self.bounded = built_in(self.formula) if self.formula else True  # no user code: no stage deadline
         self.stats_by, self.max_tasks = stats_by, max_tasks
         self.newest_version = 0
         self._tasks: OrderedDict[str, _Tally] = OrderedDict()  # least recently updated first

@@ -10,6 +10,7 @@ import numpy as np
 from undertow.schemas import Experience
 from undertow.schemas.base import FLOAT32_MAX
 from undertow.processors.advantages import ADVANTAGES
+from undertow.processors.deadline import built_in
 from undertow.processors.api import Reject, processor
 from undertow.processors.shaping import SHAPERS
 
@@ -29,6 +30,7 @@ class Reshape:
         self.takes_lengths = "lengths" in inspect.signature(self.estimator).parameters
         self.shapers = [SHAPERS.resolve(e).bind() for e in shaping]
         self.dynamic_sampling, self.min_group_size = dynamic_sampling, min_group_size
+        self.bounded = built_in(self.estimator, *self.shapers)  # no user code: no stage deadline (pipeline.py)
 
     def process_group(self, group: list[Experience]) -> list[Experience] | Reject:
         unscored = [e.experience_id for e in group if e.reward is None]

@@ -37,7 +37,8 @@ def build_app(cfg: ProcessorsConfig, context: RunContext, worker: str | None = N
     def start(store: Callable[[str], StateStore]) -> PipelineJob:
         pipeline = Pipeline.from_config(cfg.pipeline, context=StageContext(store=store),
                                         group_timeout_s=cfg.group_timeout_s, on_timeout=cfg.on_timeout,
-                                        max_open_groups=cfg.max_open_groups)
+                                        max_open_groups=cfg.max_open_groups, stage_timeout_s=cfg.stage_timeout_s,
+                                        max_hung_calls=cfg.max_hung_calls)
         return PipelineJob(pipeline, topics, worker)
 
     return build_worker_app(plan, context.kafka, start)
@@ -56,6 +57,10 @@ class PipelineJob:
 
     def tick(self) -> list[Send | DeadLetter]:
         return self.outputs(self.pipeline.tick())
+
+    def wedged(self) -> str | None:
+        """Why the worker should restart once this batch is committed (calls that hung hold threads)."""
+        return self.pipeline.wedged()
 
     def metrics(self) -> MetricEvent:
         return MetricEvent(component="processors", values=self.pipeline.stats.values(), labels={"worker": self.worker})

@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping
 
 from undertow.kernel.registry import Registry
 from undertow.schemas import Experience
+from undertow.processors.deadline import built_in
 from undertow.processors.api import Reject, processor
 
 STREAM_SCORES: Registry[Callable[..., dict[str, float]]] = Registry("stream score")
@@ -62,6 +63,9 @@ class Score:
         self.scorer = SCORERS.resolve(scorer).bind() if scorer is not None else None
         self.batch_size, self.add_to_reward, self.overwrite = batch_size, add_to_reward, overwrite
         self.runs_off_loop = self.scorer is not None  # a model's batch takes seconds (streams/faust/worker.py)
+        # Called without the stage deadline (pipeline.py) when it runs only undertow's code, or when a model
+        # scorer keeps its own (kernel/scoring/base.py: a model's batch may rightly take longer).
+        self.bounded = self.scorer is not None or built_in(*self.scores)
 
     def process_batch(self, exps: list[Experience]) -> list[Experience | Reject]:
         components = [self._rewards(exp) for exp in exps]

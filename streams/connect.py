@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+import logging
+import socket
+import time
+from typing import Any, Callable, TypeVar
 
-from kafka.errors import KafkaTimeoutError
+from kafka.errors import KafkaError, KafkaTimeoutError
 
 from undertow.streams.settings import KafkaSettings
 
 C = TypeVar("C")
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+RETRY_S = 5.0  # between attempts while no broker listens
 
 
 class KafkaUnreachable(RuntimeError):
@@ -20,12 +26,51 @@ def connect(client: type[C], settings: KafkaSettings, *args: Any, **kw: Any) -> 
 
     Each bootstraps in its constructor. kafka-python 3.0.12 drops the broker's "Authentication
     failed" answer (it arrives together with the close) and reports only "Unable to bootstrap", so a
-    wrong password, a wrong protocol and a down broker look alike: say which settings were tried.
+    wrong password, a wrong protocol and a down broker look alike: a TCP connection tells them apart.
+    Where no broker listens (one restarting: a single-broker cluster's outage), wait for one, saying so,
+    up to `settings.outage_wait_s`; where one listens and refused us, fail at once naming the settings.
     """
-    try:
-        return client(*args, **settings.kafka_python(), **kw)
-    except KafkaTimeoutError as e:
-        who = f" as SASL user {settings.sasl_username!r}" if settings.sasl else ""
-        raise KafkaUnreachable(
-            f"kafka: no broker at {settings.bootstrap_servers} accepted a {settings.security_protocol} connection"
-            f"{who} ({e}); check bootstrap_servers, security_protocol and the credentials") from None
+    since = time.monotonic()
+    while True:
+        try:
+            return client(*args, **settings.kafka_python(), **kw)
+        except KafkaTimeoutError as e:
+            waited = time.monotonic() - since
+            if listening(settings.hosts) or waited + RETRY_S > settings.outage_wait_s:
+                who = f" as SASL user {settings.sasl_username!r}" if settings.sasl else ""
+                raise KafkaUnreachable(
+                    f"kafka: no broker at {settings.bootstrap_servers} accepted a {settings.security_protocol} "
+                    f"connection{who} ({e}; waited {waited:.0f} s); check bootstrap_servers, security_protocol "
+                    f"and the credentials") from None
+            log.warning("kafka: no broker listens at %s; waiting for one (%.0f s so far, at most %.0f s)",
+                        settings.bootstrap_servers, waited, settings.outage_wait_s)
+            time.sleep(RETRY_S)
+
+
+def listening(hosts: list[str], timeout_s: float = 2.0) -> bool:
+    """Whether any of `hosts` (host:port) accepts a TCP connection."""
+    for host in hosts:
+        name, _, port = host.rpartition(":")
+        try:
+            socket.create_connection((name.strip("[]"), int(port)), timeout=timeout_s).close()
+            return True
+        except (OSError, ValueError):
+            continue
+    return False
+
+
+def outlast(settings: KafkaSettings, what: str, fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)`, called again while it fails for want of a broker (a retriable Kafka error: no
+    connection, no coordinator, a timeout), logging `what` waits, up to `settings.outage_wait_s`.
+    Any other error (a commit refused after a rebalance) is raised at once."""
+    since = time.monotonic()
+    while True:
+        try:
+            return fn(*args)
+        except KafkaError as e:
+            waited = time.monotonic() - since
+            if not getattr(e, "retriable", False) or waited + RETRY_S > settings.outage_wait_s:
+                raise
+            log.warning("kafka: %s waits for the brokers at %s (%s; %.0f s so far, at most %.0f s)",
+                        what, settings.bootstrap_servers, type(e).__name__, waited, settings.outage_wait_s)
+            time.sleep(RETRY_S)

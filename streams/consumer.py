@@ -9,7 +9,7 @@ from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 
 from undertow.schemas import DecodeError, Record, decode, record_types
 from undertow.streams.admin import topic_partitions
-from undertow.streams.connect import connect
+from undertow.streams.connect import connect, outlast
 from undertow.streams.producer import RecordProducer
 from undertow.streams.settings import KafkaSettings
 
@@ -78,7 +78,9 @@ class RecordConsumer(Generic[R]):
         """Read every partition of `topics` (and nothing else, no group rebalancing) from `start`;
         returns the offset each partition starts at. A missing topic raises TopicNotFound."""
         names = [topics] if isinstance(topics, str) else list(topics)
-        parts = [tp for topic in names for tp in topic_partitions(self._consumer, topic)]
+        # A broker's outage (the trainer restarting while one is down) is waited out, not a crash.
+        parts = [tp for topic in names
+                 for tp in outlast(self._settings, f"the partitions of {topic}", topic_partitions, self._consumer, topic)]
         self._consumer.assign(parts)
         offsets = self._start_offsets(parts, start)
         for tp in parts:
@@ -155,9 +157,10 @@ class RecordConsumer(Generic[R]):
         if self._producer is not None:
             self._producer.flush()
         if offsets is None:
-            self._consumer.commit()
+            outlast(self._settings, "a commit", self._consumer.commit)
         else:
-            self._consumer.commit({TopicPartition(*p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()})
+            outlast(self._settings, "a commit", self._consumer.commit,
+                    {TopicPartition(*p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()})
 
     def close(self) -> None:
         self._consumer.close()
@@ -211,8 +214,13 @@ class GroupLag:
         # A group member that never subscribes: it reads the group's commits, it does not join.
         self._consumer = connect(KafkaConsumer, settings, group_id=group, enable_auto_commit=False)
         self.parts = topic_partitions(self._consumer, topic)
+        self.settings = settings
 
     def __call__(self) -> int:
+        """The lag now; while no broker answers (an outage), waits for one, saying so."""
+        return outlast(self.settings, f"the lag of {self.group} on {self.topic}", self._lag)
+
+    def _lag(self) -> int:
         ends = self._consumer.end_offsets(self.parts)
         starts = self._consumer.beginning_offsets(self.parts)  # a committed offset may predate retention
         done = {tp: self._consumer.committed(tp) for tp in self.parts}  # None: nothing committed yet

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 from kafka import KafkaProducer
+from kafka.errors import KafkaTimeoutError
 from kafka.producer.future import FutureRecordMetadata
 
 from undertow.schemas import MAX_RECORD_BYTES, Record, Rejected, encode
 from undertow.streams.connect import connect
 from undertow.streams.settings import KafkaSettings
 from undertow.streams.topics import MAX_MESSAGE_BYTES
+
+
+log = logging.getLogger(__name__)
+WAIT_LOG_S = 30.0  # a flush that waits on the brokers says so this often
 
 
 def as_key(key: str | bytes | None) -> bytes | None:
@@ -32,8 +39,13 @@ class RecordProducer:
     _PRUNE_EVERY = 10_000  # pending futures before dropping the acknowledged ones (bounded memory without flushes)
 
     def __init__(self, settings: KafkaSettings, **overrides: Any):
+        # A record waits out a broker's outage (up to `outage_wait_s`; kafka-python's default of 120 s
+        # failed the records of a single broker down for two minutes), and so does a send that finds the
+        # buffer full or the metadata missing meanwhile.
+        wait_ms = int(settings.outage_wait_s * 1000)
         kw = dict(acks="all", enable_idempotence=True, linger_ms=5, retries=2**31 - 1,
-                  max_request_size=MAX_MESSAGE_BYTES, request_timeout_ms=30000, max_block_ms=60000)
+                  max_request_size=MAX_MESSAGE_BYTES, request_timeout_ms=30000,
+                  delivery_timeout_ms=max(wait_ms, 120_000), max_block_ms=max(wait_ms, 60_000))
         kw.update(overrides)
         self._producer = connect(KafkaProducer, settings, **kw)
         self._unflushed: list[FutureRecordMetadata] = []
@@ -69,8 +81,20 @@ class RecordProducer:
         return self.send(topic, rejected, key=record_id or key)
 
     def flush(self, timeout: float | None = None) -> None:
-        """Wait for every record sent so far; raise DeliveryError if any was refused."""
-        self._producer.flush(timeout)
+        """Wait for every record sent so far; raise DeliveryError if any was refused. Without `timeout`,
+        waits as long as the records may (an outage: up to `outage_wait_s`), saying every 30 s what waits."""
+        if timeout is not None:
+            self._producer.flush(timeout)
+        else:
+            since = time.monotonic()
+            while True:
+                try:
+                    self._producer.flush(WAIT_LOG_S)
+                    break
+                except KafkaTimeoutError:
+                    pending = sum(not f.is_done for f in self._unflushed)
+                    log.warning("kafka: %d record(s) wait for the brokers' acknowledgement (%.0f s so far)",
+                                pending, time.monotonic() - since)
         failed = [f for f in self._unflushed if f.is_done and f.failed()]
         self._unflushed = [f for f in self._unflushed if not f.is_done]
         self._prune_at = max(self._PRUNE_EVERY, 2 * len(self._unflushed))

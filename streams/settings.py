@@ -41,6 +41,9 @@ class KafkaSettings(BaseModel):
                                                                    "${ENV_VAR}")
     ssl_check_hostname: bool = Field(True, description="verify the broker's host name against its certificate")
     client_id: str = Field("undertow", description="client id reported to the brokers")
+    outage_wait_s: float = Field(
+        600.0, ge=0, description="how long a client waits, logging, for a cluster where no broker listens (a "
+                                 "broker restarting) before it fails; records produced meanwhile wait as long")
 
     @field_validator(*SECRETS)
     @classmethod

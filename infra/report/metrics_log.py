@@ -67,7 +67,8 @@ class RunEvents:
 
     def __init__(self, kafka: KafkaSettings, namespace: str):
         self.topic = Topics(namespace).metrics
-        self.producer = RecordProducer(kafka)
+        # A send never blocks the watch for long while a broker is down (a producer's default waits out the outage).
+        self.producer = RecordProducer(kafka, max_block_ms=5000)
 
     def publish(self, event: str, values: dict[str, float], **labels: str) -> None:
         """Send one event; a broker that refuses it costs the event, not the run (it is in run.json too)."""

@@ -225,7 +225,7 @@ class Run:
                         return "done", ""
                     continue
                 if child.name == "feeder" and child.returncode == 0:
-                    if idle and time.time() - (recorder.last_time("trainer") or child.started) >= idle:
+                    if idle and idle_for(sup, child, recorder.last_time("trainer")) >= idle:
                         return "done", f"every task was used; the trainer had nothing left for {idle:g} s"
                     continue  # the tasksets ran out; workers finish what is queued
                 if child.returncode == 0:
@@ -265,6 +265,17 @@ class Run:
         self.broker = LocalKafka(self.run_dir / "broker", port=free_port_block(2))
         self.broker.start()
         return settings.model_copy(update={"bootstrap_servers": self.broker.bootstrap_servers})
+
+
+def idle_for(sup: Supervisor, feeder: Child, last_step: float | None) -> float:
+    """Seconds the stage has had nothing left to do, once the feeder is done: since the trainer's last step
+    and every worker's last (re)start; 0 while a worker waits out its restart backoff. A rollout worker
+    that crashed after a broker's outage still had tasks to do: the trainer's silence meanwhile ended a
+    run with 10 tasks never generated."""
+    others = [c for c in sup.children if c is not feeder]
+    if any(c.waiting for c in others):
+        return 0.0
+    return time.time() - max([last_step or feeder.started, *(c.started for c in others)])
 
 
 def latest_export(checkpoints: Path) -> Path:

@@ -192,6 +192,7 @@ def build_worker_app(plan: WorkerPlan, kafka: KafkaSettings,
                 last_record = time.monotonic()
                 await send_all(io, plan.source, await call(job.handle, batch))
                 books.published()
+                await restart_if_wedged(app, plan.source, job, watchdog)
 
     @app.timer(plan.tick_every_s)
     async def tick() -> None:
@@ -228,6 +229,19 @@ async def send_all(io: RecordIO, source: str, outputs: Outputs) -> None:
                 source_topic=source if out.partition is not None else None, partition=out.partition,
                 offset=out.offset, record_id=out.record_id))
     await asyncio.gather(*pending)
+
+
+async def restart_if_wedged(app: faust.App, source: str, job: WorkerJob, watchdog: Watchdog) -> None:
+    """A job whose calls hung past their deadline holds threads Python cannot stop: once it has too many
+    (`job.wedged()` says why), commit what was handled (the hung records are dead-lettered) and exit to
+    be restarted fresh."""
+    why = getattr(job, "wedged", lambda: None)()
+    if why:
+        # Faust's own commit only covers partitions whose events it saw acknowledged, and this batch's are
+        # not yet: commit the source's partitions as the book allows (books.py's consumer).
+        consumer = app.consumer
+        await consumer._commit_tps([tp for tp in consumer.assignment() if tp.topic == source], start_new_transaction=False)
+        watchdog.fail(why)
 
 
 def run_app(app: faust.App) -> None:

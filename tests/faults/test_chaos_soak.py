@@ -1,7 +1,9 @@
 """The chaos soak's short version (benchmarks/chaos_soak.py): the processor worker SIGKILLed five
-times in about a minute, poison on the raw topic, on 3 brokers, RL from the demo's
-warm-up. The run must finish under the default restart policy with nothing lost, nothing trained
-twice and no task missing."""
+times in about a minute, then the single broker down for 120 s (every component waits for it), poison
+on the raw topic, RL from the demo's warm-up. The run must finish under the default restart policy with
+nothing lost, nothing trained twice and no task missing. The outage costs about 125 s more than the
+kills alone: with kafka-python's 120 s delivery timeout it lost 8 experiences, and the feeder and the
+archive crashed 3 times each, failing to bootstrap while no broker listened (streams/connect.py)."""
 
 from __future__ import annotations
 
@@ -17,17 +19,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(1500)
-def test_five_kills_of_the_processors_in_a_few_minutes_lose_nothing(demo_warm_start, tmp_path):
+def test_five_kills_of_the_processors_and_a_two_minute_broker_outage_lose_nothing(demo_warm_start, tmp_path):
     figures = tmp_path / "soak.json"
-    cmd = [sys.executable, "benchmarks/chaos_soak.py", "--minutes", "3", "--components", "processors",
-           "--kills", "5", "--kill-every-s", "10", "15", "--broker-every-s", "0", "--default-policy", "--workdir", str(tmp_path / "w"),
+    cmd = [sys.executable, "benchmarks/chaos_soak.py", "--minutes", "4", "--components", "processors",
+           "--kills", "5", "--kill-every-s", "10", "15", "--brokers", "1", "--broker-every-s", "80",
+           "--broker-down-s", "120", "--broker-bounces", "1", "--damage-checkpoint-at", "-1", "--default-policy",
+           "--workdir", str(tmp_path / "w"),
            "--init-from", str(demo_warm_start), "--json", str(figures)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1400)
     print(proc.stdout[-3000:])
     assert figures.exists(), f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}\n{run_log(tmp_path)}"
     result = json.loads(figures.read_text())
     assert result["run_status"] == "done", f"{result}\n{run_log(tmp_path)}"  # 5 crashes fit the default policy
-    assert result["kills"] == {"processors": 5}
+    assert result["kills"] == {"processors": 5} and result["broker_kills"] == 1
     assert result["restarts"].get("processors", 0) >= 5
     assert result["lost"] == 0 and result["trained_twice"] == 0, result
     assert result["tasks_missing"] == 0 and result["tasks_published_twice"] == 0, result

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from undertow.schemas import Experience
 
 
@@ -31,3 +33,44 @@ def hang_on(exp: Experience, *, text: str = "hang") -> Experience:
         import time
         time.sleep(3600)
     return exp
+
+
+RELEASE = threading.Event()  # set by a test's teardown: the calls that hung return and their threads end
+
+
+def hang_until_released(exp: Experience, *, text: str = "hang") -> Experience:
+    """Hangs on one response until the test releases it (a plugin bug, a remote call without a timeout)."""
+    if exp.response_text == text:
+        RELEASE.wait()
+    return exp
+
+
+class GroupHang:
+    """A group processor that hangs on any group holding the response "group-hang"."""
+
+    def process_group(self, group: list[Experience]) -> list[Experience]:
+        if any(e.response_text == "group-hang" for e in group):
+            RELEASE.wait()
+        return group
+
+
+def register_hanging_datajuicer_op() -> str:
+    """A data-juicer filter (registered into data-juicer's own op registry) that hangs on the text "hang"."""
+    from data_juicer.ops import OPERATORS
+    from data_juicer.ops.base_op import Filter
+
+    name = "undertow_test_hang_filter"
+    if name not in OPERATORS.modules:
+
+        @OPERATORS.register_module(name)
+        class HangFilter(Filter):
+            _batched_op = True
+
+            def compute_stats_batched(self, samples):
+                if "hang" in samples[self.text_key]:
+                    RELEASE.wait()
+                return samples
+
+            def process_batched(self, samples):
+                return [True] * len(samples[self.text_key])
+    return name

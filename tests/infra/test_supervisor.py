@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
+from undertow.infra.run.runner import idle_for
 from undertow.infra.run.supervisor import Supervisor
 from tests.helpers import wait_for
 
@@ -91,3 +93,20 @@ def test_a_pinned_child_and_the_processes_it_starts_run_on_its_cpus(tmp_path):
     wait_for(lambda: pinned.returncode is not None and free.returncode is not None)
     assert pinned.log.read_text().split("\n")[:2] == [str([usable[-1]])] * 2
     assert free.log.read_text().strip() == str(usable)
+
+
+def test_a_finished_taskset_is_not_idle_while_a_worker_waits_to_restart(tmp_path):
+    """A rollout worker that crashed (after a broker's outage) still has tasks to do: the trainer's silence
+    meanwhile must not end the stage (it ended a soak with 10 tasks never generated)."""
+    sup = Supervisor(tmp_path)
+    feeder = sup.start("feeder", [sys.executable, "-c", "pass"])
+    rollout = sup.start("rollout", [sys.executable, "-c", "raise SystemExit(1)"])
+    wait_for(lambda: len(sup.exited()) == 2)
+    long_ago = time.time() - 100
+    feeder.started = rollout.started = long_ago
+    assert idle_for(sup, feeder, last_step=long_ago) >= 100  # nothing running, nothing to wait for
+    sup.schedule_restart(rollout, 30.0)
+    assert idle_for(sup, feeder, last_step=long_ago) == 0.0  # it comes back with work to do
+    sup.restart(rollout)
+    assert idle_for(sup, feeder, last_step=long_ago) < 5  # idle counts from its restart
+    sup.stop()

@@ -9,10 +9,12 @@ import time
 import pytest
 
 from undertow.streams.faust.watchdog import STALLED
+from undertow.schemas import Experience, Rejected
 from undertow.streams import RecordProducer, Topics
 from tests.helpers import exp
-from tests.processors.test_broker import ROOT, start, stop
+from tests.processors.test_broker import ROOT, read, start, stop
 
+HANG = "tests.hostile.processor_plugins.hang_on"
 WEDGE = """
 import asyncio, time
 from undertow.streams.faust.watchdog import Watchdog
@@ -52,16 +54,33 @@ def test_start_up_that_never_finishes_is_a_stall():
 
 @pytest.mark.broker
 @pytest.mark.slow
-def test_a_worker_wedged_by_a_plugin_exits_to_be_restarted(kafka, namespace, tmp_path):
-    proc = start(tmp_path, namespace, pipeline=[{"name": "tests.hostile.processor_plugins.hang_on"}, "reshape"],
-                 stall_timeout_s=20.0)
+def test_a_hanging_plugin_times_out_and_a_worker_left_with_hung_calls_commits_and_restarts(kafka, namespace, tmp_path):
+    """The hanging record goes to the rejected topic with reason `timeout`; once calls left hanging reach
+    `max_hung_calls` the worker commits and exits STALLED, and the restarted one reads on past them."""
+    section = dict(pipeline=[{"name": HANG}, "reshape"], stage_timeout_s=0.5, max_hung_calls=2, stall_timeout_s=20.0)
+    topics = Topics(namespace)
+    proc = start(tmp_path, namespace, **section)
     try:
         with RecordProducer(kafka) as p:
-            for e in [exp("ok", 0, 1, 1.0), exp("stuck", 0, 1, 1.0, text="hang")]:
-                p.send(Topics(namespace).raw, e, key=e.group_id)
-        assert proc.wait(120) == STALLED
+            for e in [exp("ok", 0, 1, 1.0), exp("stuck-1", 0, 1, 1.0, text="hang")]:
+                p.send(topics.raw, e, key=e.group_id)
+            p.flush()
+            time.sleep(2.0)  # a batch of its own, if the first did not reach max_hung_calls already
+            p.send(topics.raw, exp("stuck-2", 0, 1, 1.0, text="hang"), key="stuck-2")
+        assert proc.wait(120) == STALLED  # without the deadline it would hang until the watchdog's 20 s
     finally:
         stop(proc)
-    log = (tmp_path / "process-1.log").read_text()
-    assert "processor worker stalled: a batch of" in log
-    assert "hang_on" in log  # the thread dump shows where it hung
+    first = (tmp_path / "process-1.log").rename(tmp_path / "first.log").read_text()
+    assert "processor calls hang past their 0.5 s deadline" in first
+    proc = start(tmp_path, namespace, **section)
+    try:
+        with RecordProducer(kafka) as p:
+            p.send(topics.raw, exp("ok-2", 0, 1, 1.0), key="ok-2")
+        ready = read(kafka, topics.ready, Experience, 2, timeout=90)
+        rejected = read(kafka, topics.rejected, Rejected, 2, timeout=30)
+    finally:
+        stop(proc)
+    assert sorted(e.group_id for e in ready) == ["ok", "ok-2"]
+    # Each hanging record rejected once: the restarted worker did not read them again.
+    assert sorted((r.record_id, r.stage, r.reason) for r in rejected) == [("stuck-1/0", HANG, "timeout"),
+                                                                          ("stuck-2/0", HANG, "timeout")]

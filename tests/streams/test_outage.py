@@ -1,0 +1,79 @@
+"""A broker that is down (nothing listens) is waited for, saying so; one that listens and refuses us
+fails at once (a wrong password must not look like an outage). The broker-down run itself is the CI
+chaos soak (tests/faults/test_chaos_soak.py: a single broker down for 120 s)."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import socket
+import time
+
+import pytest
+from kafka import KafkaProducer
+from kafka.errors import CommitFailedError, KafkaConnectionError
+
+from undertow.streams import KafkaSettings, KafkaUnreachable
+from undertow.streams.connect import connect, outlast
+
+connect_module = importlib.import_module("undertow.streams.connect")  # the package's `connect` is the function
+
+
+@pytest.fixture
+def quick_retries(monkeypatch):
+    monkeypatch.setattr(connect_module, "RETRY_S", 0.2)
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again: nothing listens there
+
+
+def test_no_broker_listening_is_waited_for_then_refused_with_how_long(quick_retries, caplog):
+    settings = KafkaSettings(bootstrap_servers=f"127.0.0.1:{closed_port()}", outage_wait_s=2.0)
+    t0 = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="undertow.streams.connect"):
+        with pytest.raises(KafkaUnreachable, match=r"waited \d+ s"):
+            connect(KafkaProducer, settings, bootstrap_timeout_ms=300)
+    assert 1.5 < time.monotonic() - t0 < 10
+    assert any("no broker listens at" in r.message and "waiting for one" in r.message for r in caplog.records)
+
+
+def test_a_broker_that_listens_and_refuses_fails_at_once(quick_retries, caplog):
+    """A listener that closes every connection (as a broker refusing a login looks to kafka-python)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        settings = KafkaSettings(bootstrap_servers=f"127.0.0.1:{server.getsockname()[1]}", outage_wait_s=60.0)
+        t0 = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="undertow.streams.connect"):
+            with pytest.raises(KafkaUnreachable, match="accepted a PLAINTEXT connection"):
+                connect(KafkaProducer, settings, bootstrap_timeout_ms=500)
+    assert time.monotonic() - t0 < 10 and not any("waiting" in r.message for r in caplog.records)
+
+
+def test_a_call_that_fails_for_want_of_a_broker_is_called_again_and_logged(quick_retries, caplog):
+    failures = [KafkaConnectionError("111 ECONNREFUSED")] * 2
+
+    def commit() -> str:
+        if failures:
+            raise failures.pop()
+        return "committed"
+
+    with caplog.at_level(logging.WARNING, logger="undertow.streams.connect"):
+        assert outlast(KafkaSettings(bootstrap_servers="b:9092"), "a commit", commit) == "committed"
+    assert sum("a commit waits for the brokers at b:9092 (KafkaConnectionError" in r.message
+               for r in caplog.records) == 2
+
+
+def test_a_refused_commit_is_not_retried(quick_retries):
+    calls = []
+
+    def commit() -> None:
+        calls.append(1)
+        raise CommitFailedError("the group rebalanced")
+
+    with pytest.raises(CommitFailedError):
+        outlast(KafkaSettings(bootstrap_servers="b:9092"), "a commit", commit)
+    assert calls == [1]
