@@ -34,7 +34,6 @@ class CommitBook:
     """Per partition, the tasks read and not yet committed, by offset."""
 
     _open: dict[Partition, dict[int, _Entry]] = field(default_factory=dict)
-    _committed: dict[Partition, int] = field(default_factory=dict)  # next offset to read, as committed
 
     def read(self, partition: Partition, offset: int) -> None:
         """A task taken into work (admitted): its offset may not be committed until it settles."""
@@ -64,7 +63,6 @@ class CommitBook:
             entries = self._open.get(partition, {})
             for offset in [o for o in entries if o < upto]:
                 del entries[offset]
-            self._committed[partition] = max(upto, self._committed.get(partition, 0))
 
     def pending(self) -> int:
         """Tasks read and not yet committed."""

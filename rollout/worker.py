@@ -3,8 +3,10 @@
 An engine that batches continuously (`continuous_batching`, the vllm_async engine) gets the
 continuous loop instead (continuous.py): up to `rollout.max_inflight` sequences in the engine, a
 task admitted as soon as its group fits, a group published as soon as it is done, offsets committed
-through a commit book, weights swapped while requests are in flight. Otherwise, per batch of up to `rollout.batch_tasks` ready tasks: generate every group in one engine call (a
-single-turn workflow; a multi-turn one plays every episode of the batch at once, one call per turn),
+through a commit book, weights swapped while requests are in flight.
+
+Otherwise, per batch of up to `rollout.batch_tasks` ready tasks: generate every group in one engine
+call (a single-turn workflow; a multi-turn one plays every episode of the batch at once, one call per turn),
 score each, publish one Experience per sample keyed by group id once its task's episodes have all
 ended, wait for the acknowledgements, then commit the batch's offsets (at-least-once; ids are
 deterministic, so a batch redelivered after a crash yields the same experiences).

@@ -31,20 +31,16 @@ def connect(client: type[C], settings: KafkaSettings, *args: Any, **kw: Any) -> 
     up to `settings.outage_wait_s`; where one listens and refused us, fail at once naming the settings.
     """
     since = time.monotonic()
-    while True:
-        try:
-            return client(*args, **settings.kafka_python(), **kw)
-        except KafkaTimeoutError as e:
-            waited = time.monotonic() - since
-            if listening(settings.hosts) or waited + RETRY_S > settings.outage_wait_s:
-                who = f" as SASL user {settings.sasl_username!r}" if settings.sasl else ""
-                raise KafkaUnreachable(
-                    f"kafka: no broker at {settings.bootstrap_servers} accepted a {settings.security_protocol} "
-                    f"connection{who} ({e}; waited {waited:.0f} s); check bootstrap_servers, security_protocol "
-                    f"and the credentials") from None
-            log.warning("kafka: no broker listens at %s; waiting for one (%.0f s so far, at most %.0f s)",
-                        settings.bootstrap_servers, waited, settings.outage_wait_s)
-            time.sleep(RETRY_S)
+    try:
+        return _waited_out(settings, lambda: client(*args, **settings.kafka_python(), **kw),
+                           lambda e: isinstance(e, KafkaTimeoutError) and not listening(settings.hosts),
+                           lambda e: f"no broker listens at {settings.bootstrap_servers}; waiting for one")
+    except KafkaTimeoutError as e:
+        who = f" as SASL user {settings.sasl_username!r}" if settings.sasl else ""
+        raise KafkaUnreachable(
+            f"kafka: no broker at {settings.bootstrap_servers} accepted a {settings.security_protocol} "
+            f"connection{who} ({e}; waited {time.monotonic() - since:.0f} s); check bootstrap_servers, "
+            f"security_protocol and the credentials") from None
 
 
 def listening(hosts: list[str], timeout_s: float = 2.0) -> bool:
@@ -63,14 +59,22 @@ def outlast(settings: KafkaSettings, what: str, fn: Callable[..., T], *args: Any
     """`fn(*args)`, called again while it fails for want of a broker (a retriable Kafka error: no
     connection, no coordinator, a timeout), logging `what` waits, up to `settings.outage_wait_s`.
     Any other error (a commit refused after a rebalance) is raised at once."""
+    return _waited_out(settings, lambda: fn(*args),
+                       lambda e: isinstance(e, KafkaError) and getattr(e, "retriable", False),
+                       lambda e: f"{what} waits for the brokers at {settings.bootstrap_servers} ({type(e).__name__})")
+
+
+def _waited_out(settings: KafkaSettings, attempt: Callable[[], T], for_a_broker: Callable[[Exception], bool],
+                waiting: Callable[[Exception], str]) -> T:
+    """`attempt()`, again every RETRY_S while it fails `for_a_broker` (logging `waiting(error)`), up to
+    `settings.outage_wait_s`; any other failure, or the last one, is raised."""
     since = time.monotonic()
     while True:
         try:
-            return fn(*args)
-        except KafkaError as e:
+            return attempt()
+        except Exception as e:
             waited = time.monotonic() - since
-            if not getattr(e, "retriable", False) or waited + RETRY_S > settings.outage_wait_s:
+            if not for_a_broker(e) or waited + RETRY_S > settings.outage_wait_s:
                 raise
-            log.warning("kafka: %s waits for the brokers at %s (%s; %.0f s so far, at most %.0f s)",
-                        what, settings.bootstrap_servers, type(e).__name__, waited, settings.outage_wait_s)
+            log.warning("kafka: %s (%.0f s so far, at most %.0f s)", waiting(e), waited, settings.outage_wait_s)
             time.sleep(RETRY_S)
