@@ -34,11 +34,12 @@ KEEP_ALIVE_S = 1.0  # a full engine takes no task: the consumer still polls (idl
 
 @dataclass
 class _Window:
-    """What was published since the last metric."""
+    """What was published since the last metric, and how long the engine had work meanwhile."""
 
     started: float = field(default_factory=time.monotonic)
     experiences: list = field(default_factory=list)
     tasks: int = 0
+    generate_s: float = 0.0
 
 
 class ContinuousLoop:
@@ -51,7 +52,7 @@ class ContinuousLoop:
         self.sequences = 0  # samples of the running tasks: what sits in the engine
         self.admitted = 0
         self.window = _Window()
-        self.last_commit = self.last_poll = time.monotonic()
+        self.last_commit = self.last_poll = self.last_turn = time.monotonic()
 
     def run(self, stop: threading.Event, max_tasks: int | None, idle_timeout: float | None) -> None:
         last_work = time.monotonic()
@@ -60,6 +61,7 @@ class ContinuousLoop:
                 taking = not stop.is_set() and (max_tasks is None or self.admitted < max_tasks)
                 if not taking and not self.running:
                     break
+                self._clock()
                 self.w._swap_weights()  # in flight: the engine pauses, loads, resubmits
                 if taking and self._admit(pool, max_tasks):
                     last_work = time.monotonic()
@@ -75,6 +77,13 @@ class ContinuousLoop:
                     self.last_poll = time.monotonic()
                 self._commit(force=not self.running)
                 self._metric(force=not self.running)
+
+    def _clock(self) -> None:
+        """Count the time since the last loop turn as generating when any task was in the engine."""
+        now = time.monotonic()
+        if self.running:
+            self.window.generate_s += now - self.last_turn
+        self.last_turn = now
 
     def _admit(self, pool: ThreadPoolExecutor, max_tasks: int | None) -> bool:
         """Admit ready tasks while their groups fit in the engine and admission allows; True if any came."""
@@ -140,5 +149,6 @@ class ContinuousLoop:
         seconds = time.monotonic() - self.window.started
         if not self.window.experiences or (not force and seconds < METRIC_EVERY_S):
             return
-        self.w._account(self.window.experiences, seconds, self.window.tasks, count_admission=False)
+        self.w._account(self.window.experiences, seconds, self.window.tasks, generate_s=self.window.generate_s,
+                        count_admission=False)
         self.window = _Window()

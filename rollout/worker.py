@@ -166,10 +166,11 @@ class RolloutWorker:
             outcomes = self.workflow([d.record for d in deliveries], self.ctx)  # one engine call, single-turn
         except Exception as e:  # a batched workflow that fails as a whole fails each of its tasks
             outcomes = [e] * len(deliveries)
+        generated = time.time() - started
         sent = [exp for delivery, outcome in zip(deliveries, outcomes) for exp in self._experiences(delivery, outcome)
                 if self._publish(exp) is not None]
         if sent:
-            self._account(sent, time.time() - started, len(deliveries))
+            self._account(sent, time.time() - started, len(deliveries), generate_s=generated)
         # commit() flushes the producer first: every experience (and dead letter) of the batch is
         # acknowledged before the offsets move past its tasks.
         self.consumer.commit(next_offsets(deliveries))
@@ -205,8 +206,10 @@ class RolloutWorker:
             return None
         return self.producer.send_bytes(self.topics.raw, data, key=exp.group_id)
 
-    def _account(self, experiences: list, seconds: float, tasks: int, *, count_admission: bool = True) -> None:
-        """Stats and a metric for `experiences` published over `seconds`; `count_admission`: they were
+    def _account(self, experiences: list, seconds: float, tasks: int, *, generate_s: float,
+                 count_admission: bool = True) -> None:
+        """Stats and a metric for `experiences` published over `seconds`, of which the engine was busy
+        `generate_s` (what the rollout side's idle fraction is made of); `count_admission`: they were
         not counted against admission's budget yet (the continuous loop counts them when admitted)."""
         tokens = sum(e.num_response_tokens for e in experiences)
         self.stats.experiences += len(experiences)
@@ -217,7 +220,7 @@ class RolloutWorker:
         metric = MetricEvent(component=self.name, step=self.admission.held, values={
             "tokens_per_s": tokens / max(seconds, 1e-9), "reward_mean": sum(rewards) / len(rewards),
             "policy_version": float(self.admission.held), "trainer_version": float(self.admission.latest),
-            "batch_tasks": float(tasks), **_tool_counts(experiences)})
+            "batch_tasks": float(tasks), "generate_s": generate_s, **_tool_counts(experiences)})
         self.producer.send(self.topics.metrics, metric, key=self.name)
 
 

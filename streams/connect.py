@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import struct
 import time
 from typing import Any, Callable, TypeVar
 
@@ -26,15 +27,27 @@ def connect(client: type[C], settings: KafkaSettings, *args: Any, **kw: Any) -> 
 
     Each bootstraps in its constructor. kafka-python 3.0.12 drops the broker's "Authentication
     failed" answer (it arrives together with the close) and reports only "Unable to bootstrap", so a
-    wrong password, a wrong protocol and a down broker look alike: a TCP connection tells them apart.
-    Where no broker listens (one restarting: a single-broker cluster's outage), wait for one, saying so,
-    up to `settings.outage_wait_s`; where one listens and refused us, fail at once naming the settings.
+    wrong password, a wrong protocol and a down broker look alike: a probe tells them apart. Where no
+    broker answers (one restarting: a single-broker cluster's outage), wait for one, saying so, up to
+    `settings.outage_wait_s`; where one answers and refused us twice, fail naming the settings.
     """
     since = time.monotonic()
+    refusals = 0
+
+    def for_a_broker(e: Exception) -> bool:
+        # A broker that came back while kafka-python backed off (its reconnect backoff grows to 30 s)
+        # answers now although the attempt timed out: one answering broker's timeout is tried again.
+        nonlocal refusals
+        if not isinstance(e, KafkaTimeoutError):
+            return False
+        if not answering(settings.hosts):
+            return True
+        refusals += 1
+        return refusals < 2
+
     try:
-        return _waited_out(settings, lambda: client(*args, **settings.kafka_python(), **kw),
-                           lambda e: isinstance(e, KafkaTimeoutError) and not listening(settings.hosts),
-                           lambda e: f"no broker listens at {settings.bootstrap_servers}; waiting for one")
+        return _waited_out(settings, lambda: client(*args, **settings.kafka_python(), **kw), for_a_broker,
+                           lambda e: f"no broker answered at {settings.bootstrap_servers} in time; waiting for one")
     except KafkaTimeoutError as e:
         who = f" as SASL user {settings.sasl_username!r}" if settings.sasl else ""
         raise KafkaUnreachable(
@@ -43,15 +56,28 @@ def connect(client: type[C], settings: KafkaSettings, *args: Any, **kw: Any) -> 
             f"security_protocol and the credentials") from None
 
 
-def listening(hosts: list[str], timeout_s: float = 2.0) -> bool:
-    """Whether any of `hosts` (host:port) accepts a TCP connection."""
+# An ApiVersions v0 request (api key 18, correlation id 1): every listener answers it, or closes on
+# it (TLS, a refused login), before any authentication.
+_CLIENT = b"undertow-probe"
+PROBE = struct.pack(">ihhih", 10 + len(_CLIENT), 18, 0, 1, len(_CLIENT)) + _CLIENT
+
+
+def answering(hosts: list[str], timeout_s: float = 3.0) -> bool:
+    """Whether any of `hosts` (host:port) answers a Kafka request, with bytes or by closing.
+
+    A listening port is not enough: a broker that is starting binds its port seconds before it reads
+    from it, so a connection is accepted (by the kernel) and then nothing is ever said on it."""
     for host in hosts:
         name, _, port = host.rpartition(":")
         try:
-            socket.create_connection((name.strip("[]"), int(port)), timeout=timeout_s).close()
-            return True
+            with socket.create_connection((name.strip("[]"), int(port)), timeout=timeout_s) as conn:
+                conn.sendall(PROBE)
+                conn.recv(1)  # bytes, or b"" for a close: either is an answer
+                return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True  # closed on us: it is up, and refused
         except (OSError, ValueError):
-            continue
+            continue  # nothing listens, or it listens and says nothing (socket.timeout is an OSError)
     return False
 
 

@@ -81,6 +81,7 @@ def test_worker_publishes_experiences_and_hot_swaps_weights(kafka, namespace, co
     assert refused[0].record_id == "policy@v2"
     metrics = [m for m in read_all(kafka, topics.metrics) if m.component == "w0" and "tokens_per_s" in m.values]
     assert len(metrics) == 3 and metrics[-1].values["policy_version"] == 1.0
+    assert all(0 < m.values["generate_s"] < 60 for m in metrics)  # the time the engine had work
 
 
 def test_weights_announced_while_polling_bind_the_task_that_poll_returns(kafka, namespace, config_path):

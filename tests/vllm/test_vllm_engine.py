@@ -483,4 +483,6 @@ def test_a_continuous_worker_killed_mid_stream_loses_nothing_and_repeats_nothing
     assert all(e.token_versions == sorted(e.token_versions) and e.policy_version == e.token_versions[0]
                for e in exps if e.token_versions)
     spanning = [e for e in exps if set(e.token_versions) == {0, 1}]
+    busy = [m.values for m in read_all(kafka, topics.metrics) if m.component == "w-restarted" and "generate_s" in m.values]
+    assert busy and all(0 < v["generate_s"] < 120 for v in busy)  # the time the engine had work, counted
     print(f"{len(spanning)} samples spanned the swap; committed at the kill {at_kill}; {len(again)} groups published again; restarted worker {stats}")
