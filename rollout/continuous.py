@@ -20,7 +20,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
-from undertow.schemas import MetricEvent, Task
+from undertow.schemas import Task
 from undertow.streams import Delivery
 
 from undertow.rollout.commit_book import CommitBook

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import os
 import shutil
@@ -29,23 +30,32 @@ def dequantized_dir(gguf: Path) -> str:
     the tokenizer the file describes (kernel/models/gguf_tokenizer.py)."""
     cache = Path(os.environ.get("UNDERTOW_CACHE", Path.home() / ".cache" / "undertow")) / "models" / gguf.stem
     if not (cache / "config.json").exists():
-        from transformers import AutoModelForCausalLM
-
-        # Dequantizing takes ~30 s on 2 cores: do it once per file. Trainer and rollout workers may
-        # convert at the same time: each writes its own copy and the first rename wins.
-        tmp = cache.with_name(f"{cache.name}.tmp-{os.getpid()}")
-        with progress(f"dequantize {gguf.name}", total=3, unit="steps") as bar:
-            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-            bar.advance()
-            model.save_pretrained(tmp, safe_serialization=True)
-            bar.advance()
-            write_gguf_tokenizer(gguf, tmp)
-            bar.advance()
-        try:
-            tmp.rename(cache)
-        except OSError:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        # Dequantizing takes ~30 s on 2 cores: once per file. A run's trainer, rollout workers and
+        # evaluator start together: one converts, the others wait for it and then find it done.
+        with open(cache.with_name(f"{cache.name}.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
             if not (cache / "config.json").exists():
-                raise
-            shutil.rmtree(tmp, ignore_errors=True)
+                _dequantize(gguf, cache)
     write_gguf_tokenizer(gguf, cache)  # a directory cached by an older undertow gets the file's own
     return str(cache)
+
+
+def _dequantize(gguf: Path, cache: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    tmp = cache.with_name(f"{cache.name}.tmp-{os.getpid()}")  # renamed whole: a reader never sees half
+    with progress(f"dequantize {gguf.name}", total=3, unit="steps") as bar:
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        bar.advance()
+        # transformers 5 (the vLLM environment's) keeps its GGUF quantizer on the loaded model and
+        # then refuses to save it, although the weights it holds are plain dequantized tensors.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp, safe_serialization=True)
+        bar.advance()
+        write_gguf_tokenizer(gguf, tmp)
+        bar.advance()
+    shutil.rmtree(cache, ignore_errors=True)  # a directory an interrupted conversion left without config.json
+    tmp.rename(cache)

@@ -10,6 +10,7 @@ timeout) and the feeder and the archive crashed 3 times each."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,10 @@ def test_five_kills_of_the_processors_and_a_two_minute_broker_outage_lose_nothin
     assert result["poison_sent"] > 0 and result["raw_not_experiences"] >= result["poison_sent"]
     assert result["trained"] >= 0.6 * result["published"], result
     assert proc.returncode == 0
+    processors = next((tmp_path / "w" / "runs").glob("*/logs/*-rl/processors.log")).read_text()
+    # Each said what waits: a worker started into the outage (streams/connect.py) or running through it
+    # (its outage watch, streams/faust/worker.py).
+    assert re.search(r"no broker (answered|listens) at \S+ .*(waiting|wait) for one", processors)
 
 
 def run_log(tmp_path: Path) -> str:

@@ -94,6 +94,8 @@ def test_the_archiver_counts_the_rows_it_wrote(kafka, namespace, tmp_path: Path)
 class FakeHF:
     """Stands in for transformers' GGUF loading (~30 s for SmolLM2): what is saved is what matters."""
 
+    config = type("Config", (), {})()
+
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
         return cls()

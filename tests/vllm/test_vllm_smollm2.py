@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import gc
 import time
+from pathlib import Path
 
 import pytest
 
 from undertow.kernel.models import ModelSpec, build_model, weights_to_bytes
+from undertow.kernel.models.gguf import dequantized_dir, find_smollm2_gguf
 from undertow.rollout.engines import SamplingParams, build_engine
 from tests.vllm.trainer_logprobs import in_trainer_environment
 
@@ -53,3 +55,18 @@ def test_smollm2_answers_with_the_trainers_logprobs_and_takes_a_weight_swap(engi
     engine.load_weights(blob)
     print(f"SmolLM2 swap of {len(blob) / 1e6:.0f} MB: {time.monotonic() - started:.2f} s")
     assert engine.logprobs(prompts[0], samples[0].tokens, 1.0) == pytest.approx(before, abs=1e-4)
+
+
+def test_this_environment_dequantizes_the_gguf_as_the_trainers_did(tmp_path, monkeypatch):
+    """transformers 5 (this environment's) refused to save a GGUF-loaded model: on a fresh machine a
+    vLLM run's rollout workers crashed once, until the trainer's environment had made the cache.
+    CI's main lane (the trainer's environment, transformers 4) made the shared cache before this runs."""
+    import torch
+    from safetensors.torch import load_file
+
+    shared = Path(dequantized_dir(find_smollm2_gguf()))
+    monkeypatch.setenv("UNDERTOW_CACHE", str(tmp_path))
+    made = Path(dequantized_dir(find_smollm2_gguf()))
+    assert made != shared and (made / "config.json").exists()
+    theirs, ours = ({k: v for f in sorted(d.glob("*.safetensors")) for k, v in load_file(f).items()} for d in (shared, made))
+    assert theirs.keys() == ours.keys() and all(torch.equal(theirs[k], ours[k]) for k in theirs)
