@@ -78,8 +78,8 @@ def listening(hosts: list[str], timeout_s: float = 2.0) -> bool:
 def answering(hosts: list[str], timeout_s: float = 3.0) -> bool:
     """Whether any of `hosts` (host:port) answers a Kafka request, with bytes or by closing.
 
-    A listening port is not enough: a broker that is starting binds its port seconds before it reads
-    from it, so a connection is accepted (by the kernel) and then nothing is ever said on it."""
+    A listening port is not enough: a listener that accepts and then says nothing (a broker still
+    starting or wedged; the kernel accepts for it) is no answer, and no refusal either."""
     for host in hosts:
         name, _, port = host.rpartition(":")
         try:

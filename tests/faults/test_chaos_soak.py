@@ -1,8 +1,8 @@
 """The chaos soak's short version (benchmarks/chaos_soak.py): the processor worker SIGKILLed five
 times in about a minute, the single broker down for 120 s from the second kill on, poison on the raw
 topic, RL from the demo's warm-up. Every component waits for the broker, and a processor restarted
-meanwhile bootstraps into the outage and then into the broker's own start, when its port accepts
-connections seconds before anything answers on them (streams/connect.py tells that from a refusal).
+meanwhile bootstraps into the outage: once it crashed there, its 30-s bootstrap timing out while
+kafka-python backed off (up to 30 s) with the broker already back (streams/connect.py now tries again).
 The run must finish under the default restart policy with nothing lost, nothing trained twice and no
 task missing. Before the outage was waited out it lost 8 experiences (kafka-python's 120 s delivery
 timeout) and the feeder and the archive crashed 3 times each."""
