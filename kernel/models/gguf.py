@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import importlib.util
+import json
 import os
 import shutil
 from pathlib import Path
@@ -54,8 +55,21 @@ def _dequantize(gguf: Path, cache: Path) -> None:
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.save_pretrained(tmp, safe_serialization=True)
+        _legacy_rope(tmp / "config.json")
         bar.advance()
         write_gguf_tokenizer(gguf, tmp)
         bar.advance()
     shutil.rmtree(cache, ignore_errors=True)  # a directory an interrupted conversion left without config.json
     tmp.rename(cache)
+
+
+def _legacy_rope(path: Path) -> None:
+    """transformers 5 writes the rope settings as `rope_parameters`, which transformers 4 (the
+    trainer's environment) ignores, silently taking its default rope_theta (10000; SmolLM2's is
+    100000): write them the old way too, so both environments build the same model."""
+    config = json.loads(path.read_text())
+    rope = config.get("rope_parameters")
+    if rope and "rope_theta" not in config:
+        config["rope_theta"] = rope["rope_theta"]
+        config["rope_scaling"] = None if rope.get("rope_type", "default") == "default" else rope
+        path.write_text(json.dumps(config, indent=2))

@@ -4,6 +4,7 @@ the chat template, its log-probs are the trainer's, and a whole-weights swap (ti
 from __future__ import annotations
 
 import gc
+import json
 import time
 from pathlib import Path
 
@@ -68,5 +69,8 @@ def test_this_environment_dequantizes_the_gguf_as_the_trainers_did(tmp_path, mon
     monkeypatch.setenv("UNDERTOW_CACHE", str(tmp_path))
     made = Path(dequantized_dir(find_smollm2_gguf()))
     assert made != shared and (made / "config.json").exists()
+    # What transformers 4 reads (the trainer's environment): every setting the shared cache has.
+    theirs, ours = (json.loads((d / "config.json").read_text()) for d in (shared, made))
+    assert {k: v for k, v in theirs.items() if k != "transformers_version"}.items() <= ours.items()
     theirs, ours = ({k: v for f in sorted(d.glob("*.safetensors")) for k, v in load_file(f).items()} for d in (shared, made))
     assert theirs.keys() == ours.keys() and all(torch.equal(theirs[k], ours[k]) for k in theirs)
