@@ -62,19 +62,6 @@ _CLIENT = b"undertow-probe"
 PROBE = struct.pack(">ihhih", 10 + len(_CLIENT), 18, 0, 1, len(_CLIENT)) + _CLIENT
 
 
-def listening(hosts: list[str], timeout_s: float = 2.0) -> bool:
-    """Whether any of `hosts` (host:port) accepts a TCP connection: what a watch that runs every few
-    seconds may ask (a probe's plain bytes would fill a TLS broker's log with failed handshakes)."""
-    for host in hosts:
-        name, _, port = host.rpartition(":")
-        try:
-            socket.create_connection((name.strip("[]"), int(port)), timeout=timeout_s).close()
-            return True
-        except (OSError, ValueError):
-            continue
-    return False
-
-
 def answering(hosts: list[str], timeout_s: float = 3.0) -> bool:
     """Whether any of `hosts` (host:port) answers a Kafka request, with bytes or by closing.
 

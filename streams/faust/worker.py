@@ -25,7 +25,6 @@ import faust
 
 from undertow.schemas import MetricEvent, Record
 from undertow.streams.admin import cluster_size, partition_count
-from undertow.streams.connect import listening
 from undertow.streams.faust.app import RecordIO, create_app, track_output_topics
 from undertow.streams.faust.books import InOrder, booked_consumer, in_order, reread_stuck
 from undertow.streams.faust.delivery import DeliveryWatch
@@ -37,7 +36,6 @@ from undertow.streams.topics import MAX_MESSAGE_BYTES, Topics
 log = logging.getLogger(__name__)
 
 App = faust.App  # what `build_worker_app` returns, named for callers that import no Faust
-OUTAGE_CHECK_S = 15.0  # how often the worker asks whether a broker answers
 DECODE = "decode"  # the stage of the records the worker dead-letters itself: the job never sees them
 
 
@@ -211,20 +209,6 @@ def build_worker_app(plan: WorkerPlan, kafka: KafkaSettings,
     @app.timer(plan.metrics_every_s)
     async def report_metrics() -> None:
         await report()
-
-    outage_since: float | None = None
-
-    @app.timer(OUTAGE_CHECK_S)  # aiokafka retries on its own, logging only per connection: say what waits
-    async def broker_outage() -> None:
-        nonlocal outage_since
-        if await asyncio.get_running_loop().run_in_executor(None, listening, kafka.hosts):
-            if outage_since is not None:
-                log.warning("%s: a broker listens again after %.0f s", plan.app_id, time.monotonic() - outage_since)
-            outage_since = None
-            return
-        outage_since = outage_since or time.monotonic()
-        log.warning("%s: no broker listens at %s; its records wait for one (%.0f s so far)", plan.app_id,
-                    kafka.bootstrap_servers, time.monotonic() - outage_since)
 
     return app
 
