@@ -72,5 +72,6 @@ def test_this_environment_dequantizes_the_gguf_as_the_trainers_did(tmp_path, mon
     # What transformers 4 reads (the trainer's environment): every setting the shared cache has.
     theirs, ours = (json.loads((d / "config.json").read_text()) for d in (shared, made))
     assert {k: v for k, v in theirs.items() if k != "transformers_version"}.items() <= ours.items()
+    assert ours["rope_theta"] == 100000.0  # SmolLM2's own (its model card and GGUF), not either library's default
     theirs, ours = ({k: v for f in sorted(d.glob("*.safetensors")) for k, v in load_file(f).items()} for d in (shared, made))
     assert theirs.keys() == ours.keys() and all(torch.equal(theirs[k], ours[k]) for k in theirs)
