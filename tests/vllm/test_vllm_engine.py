@@ -350,7 +350,7 @@ def test_a_sequence_spans_a_swap_with_each_tokens_logprob_from_its_own_weights(
         expected = [a if v == 0 else b for v, a, b in zip(s.versions, lp_old, lp_new)]
         assert max(abs(a - b) for a, b in zip(s.logprobs, expected)) <= TOLERANCE
     # The other weights' numbers are not the first's: a token labelled with the wrong version would fail.
-    assert max(abs(a - b) for s, lp in zip(spanning, old) for a, b, v in zip(s.logprobs, lp, s.versions)
+    assert max(abs(a - b) for s, lp in zip(samples, old) for a, b, v in zip(s.logprobs, lp, s.versions)
                if v == 7) > 0.1
     print(f"pause per swap ({load}): {1000 * async_engine.swap_pauses[-2]:.1f} ms; "
           f"{len(spanning)}/6 samples spanned it")
