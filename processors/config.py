@@ -9,6 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 DEFAULT_PIPELINE: list[Any] = ["clean", "reshape", "prioritize"]
 
 
+def processors_group(namespace: str) -> str:
+    """The processors' Faust app id, hence their consumer group on the raw topic (unless `app_id` is set)."""
+    return f"{namespace}-processors"
+
+
 class ProcessorsConfig(BaseModel):
     """How the processor stage reads, transforms and writes experiences."""
 
@@ -17,8 +22,8 @@ class ProcessorsConfig(BaseModel):
     pipeline: list[str | dict[str, Any]] = Field(
         default_factory=lambda: list(DEFAULT_PIPELINE),
         description="processors in order: a name, a dotted path, or {name: …, **kwargs}")
-    app_id: str | None = Field(None, description="Faust app id; workers with the same id share partitions "
-                                                 "(default: <namespace>-processors)")
+    app_id: str | None = Field(None, description="Faust app id, hence the consumer group; workers with the same id "
+                                                 "share partitions (default: <namespace>-processors)")
     group_timeout_s: float = Field(60.0, gt=0, description="seconds a prompt group may wait for its missing samples")
     on_timeout: Literal["emit", "reject"] = Field(
         "emit", description="what happens to a group that timed out: emit it partial, or reject its samples")

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import uuid
 from pathlib import Path
@@ -17,6 +21,16 @@ from tests.run_output import DemoRun, demo_config, only_run_dir, undertow_run, w
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 BROKER_FIXTURES = {"kafka", "broker", "cluster"}  # the session's broker, the TLS / SASL ones, the 3-node cluster
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (`-n 2`) the controller starts the broker its workers share: they inherit
+    $UNDERTOW_BOOTSTRAP, and the demo run's topics are there for whichever worker reads them."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput") \
+            and not os.environ.get(BOOTSTRAP_ENV):
+        config._undertow_broker = LocalKafka(Path(tempfile.mkdtemp(prefix="undertow-tests-kafka-")),
+                                             port=free_port_block(2)).start()
+        os.environ[BOOTSTRAP_ENV] = config._undertow_broker.bootstrap_servers
 
 
 @pytest.fixture(scope="session")
@@ -46,11 +60,23 @@ def namespace(kafka: KafkaSettings, request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def demo(kafka: KafkaSettings, tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     """`undertow run examples/demo.yaml`, once per session (~4 min) on the session's broker: its topics
-    stay up after it for the README's `undertow tail` and `replay` (the demo's own broker stops with it)."""
-    tmp_path = tmp_path_factory.mktemp("demo")
-    proc = undertow_run(str(demo_config(tmp_path)), "--runs-dir", str(tmp_path / "runs"))
-    out = wait_run(proc, tmp_path / "runs", timeout=480)  # the first test to use it has the rest of its 600 s
-    return DemoRun(only_run_dir(tmp_path / "runs"), out)
+    stay up after it for the README's `undertow tail` and `replay` (the demo's own broker stops with it).
+    Under pytest-xdist the first worker to need it runs it, and the other waits for it and reads it."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the session's directory, above each worker's own
+    with open(shared / "demo.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = shared / "demo.json"
+        if done.exists():
+            found = json.loads(done.read_text())
+            return DemoRun(Path(found["run_dir"]), found["out"])
+        tmp_path = Path(tempfile.mkdtemp(prefix="demo", dir=shared))
+        proc = undertow_run(str(demo_config(tmp_path)), "--runs-dir", str(tmp_path / "runs"))
+        out = wait_run(proc, tmp_path / "runs", timeout=540)  # its tests have 900 s: a second one waits for it
+        run = DemoRun(only_run_dir(tmp_path / "runs"), out)
+        done.write_text(json.dumps({"run_dir": str(run.run_dir), "out": out}))
+        return run
 
 
 @pytest.fixture(scope="session")
@@ -76,6 +102,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     """A thread a failed test left running (a worker waiting for a task that never came) would keep
     the interpreter from exiting, and CI would wait for it until its own timeout: name it, and leave."""
+    broker = getattr(config, "_undertow_broker", None)
+    if broker is not None:
+        broker.stop()
+        shutil.rmtree(broker.data_dir, ignore_errors=True)
     stuck = [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive() and not t.daemon]
     if stuck:
         print(f"\nnon-daemon threads still running after the session: {[t.name for t in stuck]}; exiting "

@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import yaml
+from kafka.errors import KafkaError
 
 from undertow.schemas import Experience, Record, decode
 from undertow.streams import KafkaSettings, RecordProducer, RunContext
+from undertow.streams.admin import admin_client
 from undertow.streams.consumer import read_to_end
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,6 +53,23 @@ def produce(kafka: KafkaSettings, topic: str, records: list[Record], key_of=lamb
 def read_all(kafka: KafkaSettings, topic: str, expect: type[Record] | tuple | None = None) -> list:
     """Every record on `topic` now (decoded and validated as `expect`), in partition order."""
     return [decode(value, expect=expect) for value in read_to_end(kafka, topic)]
+
+
+def raw_assignment(kafka, group: str, raw: str) -> list[set[int]]:
+    """The raw partitions each member of the group holds now (one set per member), sorted by size."""
+    try:
+        with admin_client(kafka) as admin:
+            desc = admin.describe_groups([group])[group]
+    except KafkaError:  # no coordinator yet (a fresh broker makes its offsets topic on first use)
+        return []
+    if desc.get("error") or desc.get("group_state") != "Stable":
+        return []
+    held = []
+    for member in desc["members"]:
+        assignment = member.get("member_assignment") or {}  # decoded: Faust's assignor uses the standard layout
+        held.append({p for t in assignment.get("assigned_partitions", ()) if t["topic"] == raw
+                     for p in t["partitions"]})
+    return sorted(held, key=len)
 
 
 def write_config(path: Path, namespace: str, **sections: Any) -> Path:

@@ -27,9 +27,12 @@ from undertow.infra.report.metrics_log import MetricsRecorder, RunEvents, last_r
 from undertow.infra.run.restarts import Crash, RestartBudget
 from undertow.infra.run.secrets import referenced
 from undertow.infra.run.rollout_env import engine_command
+from undertow.infra.run.drain import Drain
 from undertow.infra.run.config import RestartPolicy, RunConfig, RunStage, stage_config, stage_mapping, write_yaml
 from undertow.infra.run.supervisor import ROLES, Child, Supervisor, role
-from undertow.streams import KafkaSettings, create_topics, grow_topics
+from undertow.processors.config import processors_group
+from undertow.rollout.config import rollout_group
+from undertow.streams import KafkaSettings, Topics, create_topics, grow_topics
 from undertow.streams.weights.broadcast import TOKEN_ENV
 
 # The trainer checkpoints before the processors go; the evaluator after the trainer, to score its final
@@ -194,9 +197,12 @@ class Run:
             sup.start("watch", [*cli, "watch", str(path)])
         if self.config.monitor.sinks:
             sup.start("monitor", [*cli, "monitor", str(path)])
+        drain = Drain(self.kafka, [(Topics(namespace).tasks, merged.rollout.consumer_group or rollout_group(namespace)),
+                                   (Topics(namespace).raw, merged.processors.app_id or processors_group(namespace))])
         try:
-            status, message = self._watch(sup, watch, recorder)
+            status, message = self._watch(sup, watch, recorder, drain)
         finally:
+            drain.stop()
             # The evaluator scores the final weights after its SIGTERM: on a real model that takes minutes.
             order = [name for r in STOP_ORDER for name in [r, *(f"{r}@{s.name}" for s in merged.shadows)]]
             sup.stop(order, timeouts={name: merged.eval.stop_timeout_s for name in order if role(name) == "eval"})
@@ -204,13 +210,13 @@ class Run:
             events.close()
         return watch.outcome(status, time.time() - started, message)
 
-    def _watch(self, sup: Supervisor, watch: StageWatch, recorder: MetricsRecorder) -> tuple[str, str]:
+    def _watch(self, sup: Supervisor, watch: StageWatch, recorder: MetricsRecorder, drain: Drain) -> tuple[str, str]:
         """Wait for the trainers to finish, a child to crash too often, or a stop request.
 
         A crashed child is restarted after its backoff while the others are watched on: every
         component resumes from what it committed, so a crash costs time, not data. Once finite
-        tasksets are all published, the stage ends when the trainer has not stepped for
-        run.idle_timeout_s.
+        tasksets are all published, the stage ends when the rollout workers and the processors have
+        committed all of them (`drain`) and the trainer has not stepped for run.idle_timeout_s since.
         """
         idle, policy = self.config.run.idle_timeout_s, self.config.run.restarts
         trainers = {c.name for c in sup.children if role(c.name) == "trainer"}
@@ -225,7 +231,8 @@ class Run:
                         return "done", ""
                     continue
                 if child.name == "feeder" and child.returncode == 0:
-                    if idle and idle_for(sup, child, recorder.last_time("trainer")) >= idle:
+                    drain.start()
+                    if idle and idle_for(sup, child, recorder.last_time("trainer"), drain.settled_since) >= idle:
                         return "done", f"every task was used; the trainer had nothing left for {idle:g} s"
                     continue  # the tasksets ran out; workers finish what is queued
                 if child.returncode == 0:
@@ -267,15 +274,16 @@ class Run:
         return settings.model_copy(update={"bootstrap_servers": self.broker.bootstrap_servers})
 
 
-def idle_for(sup: Supervisor, feeder: Child, last_step: float | None) -> float:
-    """Seconds the stage has had nothing left to do, once the feeder is done: since the trainer's last step
-    and every worker's last (re)start; 0 while a worker waits out its restart backoff. A rollout worker
-    that crashed after a broker's outage still had tasks to do: the trainer's silence meanwhile ended a
-    run with 10 tasks never generated."""
+def idle_for(sup: Supervisor, feeder: Child, last_step: float | None, settled_since: float | None) -> float:
+    """Seconds the stage has had nothing left to do, once the feeder is done: since the trainer's last step,
+    every worker's last (re)start and the moment the workers' lags last reached 0 (`settled_since`, None
+    while they are not: infra/run/drain.py); 0 while a worker waits out its restart backoff. A rollout
+    worker that crashed after a broker's outage still had tasks to do: the trainer's silence meanwhile
+    ended a run with 10 tasks never generated."""
     others = [c for c in sup.children if c is not feeder]
-    if any(c.waiting for c in others):
+    if settled_since is None or any(c.waiting for c in others):
         return 0.0
-    return time.time() - max([last_step or feeder.started, *(c.started for c in others)])
+    return time.time() - max([last_step or feeder.started, settled_since, *(c.started for c in others)])
 
 
 def latest_export(checkpoints: Path) -> Path:

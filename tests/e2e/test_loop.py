@@ -40,6 +40,7 @@ def eval_rows(run_dir: Path, stage: str) -> list[dict]:
     return [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("stage") == stage and r["component"] == "eval"]
 
 
+@pytest.mark.timeout(900)  # the demo (~3-7 min, by load) is run in the first test that needs it
 def test_demo_learns_through_the_broker(demo):
     run_dir, out = demo.run_dir, demo.out
     assert json.loads((run_dir / "run.json").read_text())["status"] == "done"
@@ -75,6 +76,7 @@ def readme_commands(run_dir: Path) -> list[list[str]]:
     return [shlex.split(line, comments=True)[1:] for line in lines if line.startswith("undertow ")]
 
 
+@pytest.mark.timeout(900)
 def test_every_readme_command_runs_on_the_finished_demo(demo):
     ran = []
     for args in readme_commands(demo.run_dir):

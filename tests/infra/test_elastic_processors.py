@@ -18,13 +18,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from kafka.errors import KafkaError
 
 from tests.audit import audit
-from tests.helpers import ROOT, env, exp, read_all, wait_for, write_config
+from tests.helpers import ROOT, env, exp, raw_assignment, read_all, wait_for, write_config
 from undertow.schemas import Experience, MetricEvent
 from undertow.streams import RecordProducer, Topics
-from undertow.streams.admin import admin_client
 
 pytestmark = pytest.mark.broker
 
@@ -63,23 +61,6 @@ def start(config: Path, name: str, log_dir: Path) -> subprocess.Popen:
     log = open(log_dir / f"{name}.log", "w")
     return subprocess.Popen([sys.executable, "-m", "undertow.infra.cli", "process", str(config),
                              "--worker-name", name], cwd=ROOT, env=env(), stdout=log, stderr=subprocess.STDOUT)
-
-
-def raw_assignment(kafka, group: str, raw: str) -> list[set[int]]:
-    """The raw partitions each member of the group holds now (one set per member), sorted by size."""
-    try:
-        with admin_client(kafka) as admin:
-            desc = admin.describe_groups([group])[group]
-    except KafkaError:  # no coordinator yet (a fresh broker makes its offsets topic on first use)
-        return []
-    if desc.get("error") or desc.get("group_state") != "Stable":
-        return []
-    held = []
-    for member in desc["members"]:
-        assignment = member.get("member_assignment") or {}  # decoded: Faust's assignor uses the standard layout
-        held.append({p for t in assignment.get("assigned_partitions", ()) if t["topic"] == raw
-                     for p in t["partitions"]})
-    return sorted(held, key=len)
 
 
 def processed_by(kafka, topics: Topics) -> Counter[str]:

@@ -156,7 +156,7 @@ def test_run_starts_a_monitor_only_when_the_section_names_sinks(monkeypatch, kaf
             pass
 
     monkeypatch.setattr("undertow.infra.run.runner.Supervisor", RecordingSupervisor)
-    monkeypatch.setattr(Run, "_watch", lambda self, sup, watch, recorder: ("done", ""))
+    monkeypatch.setattr(Run, "_watch", lambda self, sup, watch, recorder, drain: ("done", ""))
     for sinks_ in ([], ["tensorboard"]):
         started.clear()
         raw = {"namespace": "t-monitor-start", "model": {"source": "tiny"}, "monitor": {"sinks": sinks_}}

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from undertow.infra.report.metrics_log import MetricsRecorder, RunEvents, read_metrics
+from undertow.infra.run.drain import Drain
 from undertow.infra.run.runner import Run, StageWatch
 from undertow.infra.run.config import RunConfig
 from undertow.infra.run.supervisor import Supervisor
@@ -41,7 +42,7 @@ def watch_stage(kafka, namespace, tmp_path, policy: dict, crashes: int, trainer_
     sup.start("trainer", trainer_done_after(trainer_s))
     started = time.monotonic()
     try:
-        status, message = run._watch(sup, watch, recorder)
+        status, message = run._watch(sup, watch, recorder, Drain(kafka, []))  # no feeder: never asked
     finally:
         sup.stop()
         events.close()

@@ -104,9 +104,11 @@ def test_a_finished_taskset_is_not_idle_while_a_worker_waits_to_restart(tmp_path
     wait_for(lambda: len(sup.exited()) == 2)
     long_ago = time.time() - 100
     feeder.started = rollout.started = long_ago
-    assert idle_for(sup, feeder, last_step=long_ago) >= 100  # nothing running, nothing to wait for
+    assert idle_for(sup, feeder, long_ago, settled_since=long_ago) >= 100  # nothing running, nothing to wait for
+    assert idle_for(sup, feeder, long_ago, settled_since=None) == 0.0  # a worker's lag is not 0: work is left
+    assert idle_for(sup, feeder, long_ago, settled_since=time.time() - 3) < 5  # idle counts from the drain
     sup.schedule_restart(rollout, 30.0)
-    assert idle_for(sup, feeder, last_step=long_ago) == 0.0  # it comes back with work to do
+    assert idle_for(sup, feeder, long_ago, settled_since=long_ago) == 0.0  # it comes back with work to do
     sup.restart(rollout)
-    assert idle_for(sup, feeder, last_step=long_ago) < 5  # idle counts from its restart
+    assert idle_for(sup, feeder, long_ago, settled_since=long_ago) < 5  # idle counts from its restart
     sup.stop()

@@ -17,7 +17,7 @@ import yaml
 
 from undertow.schemas import Experience, MetricEvent, Rejected, TaskStat
 from undertow.streams import RecordConsumer, RecordProducer, Topics
-from tests.helpers import exp
+from tests.helpers import exp, raw_assignment, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,7 +106,10 @@ def test_two_workers_split_the_partitions_without_loss_or_duplication(kafka, nam
     topics = Topics(namespace)
     proc = start(tmp_path, namespace, workers=2, pipeline=["clean", "reshape"])
     try:
-        time.sleep(15)  # both workers join the group before records flow
+        # Both workers hold raw partitions before records flow: a rebalance mid-stream hands a worker's
+        # uncommitted records to the other, which counts them again (at-least-once; dedupe drops them).
+        wait_for(lambda: len([held for held in raw_assignment(kafka, f"proc-{namespace}", topics.raw) if held]) == 2,
+                 timeout=120, what="both workers holding raw partitions", proc=proc)
         samples = [exp(f"w{g}", i, 2, float(i), text=f"a{i}") for g in range(60) for i in range(2)]
         with RecordProducer(kafka) as p:
             for e in samples:

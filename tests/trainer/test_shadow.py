@@ -114,7 +114,7 @@ def test_undertow_run_starts_each_shadows_trainer_and_evaluator_and_waits_for_th
     stopped: list[list[str]] = []
     monkeypatch.setattr(Supervisor, "start", lambda self, name, argv: started.append((name, argv)))
     monkeypatch.setattr(Supervisor, "stop", lambda self, names=None, timeout=60.0, timeouts=None: stopped.append(names))
-    monkeypatch.setattr(Run, "_watch", lambda self, sup, watch, recorder: ("done", ""))
+    monkeypatch.setattr(Run, "_watch", lambda self, sup, watch, recorder, drain: ("done", ""))
     raw = {"namespace": namespace, "model": {"source": "tiny"}, "eval": HELDOUT, "run": {"steps": 7},
            "shadows": [{"name": "gspo", "trainer": {"algorithm": {"policy_loss": "gspo"}}}]}
     run = Run(RunConfig.model_validate(raw), raw, tmp_path)

@@ -21,7 +21,7 @@ def test_run_starts_watch_only_when_watchers_are_named(kafka, namespace, tmp_pat
     stopped: list[list[str]] = []
     monkeypatch.setattr(Supervisor, "start", lambda self, name, argv: started.append((name, argv)))
     monkeypatch.setattr(Supervisor, "stop", lambda self, names=None, timeout=60.0, timeouts=None: stopped.append(names))
-    monkeypatch.setattr(Run, "_watch", lambda self, sup, watch, recorder: ("done", ""))
+    monkeypatch.setattr(Run, "_watch", lambda self, sup, watch, recorder, drain: ("done", ""))
     raw = {"namespace": namespace, "model": {"source": "tiny"}, "watchers": watchers}
     run = Run(RunConfig.model_validate(raw), raw, tmp_path)
     run.kafka = kafka
