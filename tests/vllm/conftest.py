@@ -23,3 +23,38 @@ def llama_dir(tmp_path_factory):
     from tests.vllm.tiny_llama import save_tiny_llama
 
     return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+@pytest.fixture(scope="module")
+def spec(llama_dir, tmp_path_factory):
+    """The directory's model started from other weights (`init_from`, as a later stage starts): every
+    comparison with the trainer's recomputation fails unless vLLM applied them too."""
+    from undertow.kernel.models import ModelSpec
+    from tests.vllm.tiny_llama import save_tiny_llama
+
+    start = save_tiny_llama(tmp_path_factory.mktemp("start"), seed=5) / "model.safetensors"
+    return ModelSpec(source="hf", path=str(llama_dir), init_from=str(start))
+
+
+@pytest.fixture(scope="module")
+def engine(spec):
+    """vLLM's batch engine (one per module: it takes tens of seconds to start)."""
+    import gc
+    import time
+
+    from undertow.rollout.engines import build_engine
+
+    started = time.monotonic()
+    engine = build_engine({"name": "vllm", "max_model_len": 512, "seed": 0}, spec)
+    print(f"vLLM engine start-up: {time.monotonic() - started:.1f} s")
+    yield engine
+    del engine.llm
+    gc.collect()
+
+
+@pytest.fixture(scope="module")
+def original(spec) -> bytes:
+    """The spec's weights as the trainer publishes them: what a test swaps back in."""
+    from undertow.kernel.models import build_model, weights_to_bytes
+
+    return weights_to_bytes(build_model(spec))

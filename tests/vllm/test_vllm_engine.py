@@ -1,17 +1,15 @@
-"""The vLLM engine against real vLLM (CPU): log-probs the trainer's way, EOS and length, the in-place
-weight swap and its refusals, a rollout worker that generates with it into the real broker, and
-one with continuous batching (vllm_async) that survives a SIGKILL.
+"""The vLLM batch engine against real vLLM (CPU): log-probs the trainer's way, EOS and length, the
+in-place weight swap and its refusals, a rollout worker that generates with it into the real broker.
+Continuous batching (vllm_async) is tests/vllm/test_vllm_async.py.
 
-One engine for the whole module: vLLM takes tens of seconds to start.
+One engine for the whole module (tests/vllm/conftest.py): vLLM takes tens of seconds to start.
 """
 
 from __future__ import annotations
 
-import gc
 import math
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,51 +17,10 @@ import torch
 from undertow.kernel.models import ModelSpec, build_model, weights_to_bytes
 from undertow.schemas import Experience, Rejected, Task, chunk_weights
 from undertow.streams import RecordProducer, Topics
-from undertow.rollout.engines import SamplingParams, build_engine
+from undertow.rollout.engines import SamplingParams
 from tests.helpers import load_run, read_all, wait_for, write_config
+from tests.vllm.engine_checks import TOLERANCE, fields, prompts_of, worst_gap
 from tests.vllm.trainer_logprobs import in_trainer_environment, trainer_logprobs
-
-TOLERANCE = 1e-4  # fp32 both sides; measured ~5e-6 (README)
-
-
-@pytest.fixture(scope="module")
-def spec(llama_dir, tmp_path_factory) -> ModelSpec:
-    """The directory's model started from other weights (`init_from`, as a later stage starts): every
-    comparison below with the trainer's recomputation fails unless vLLM applied them too."""
-    from tests.vllm.tiny_llama import save_tiny_llama
-
-    start = save_tiny_llama(tmp_path_factory.mktemp("start"), seed=5) / "model.safetensors"
-    return ModelSpec(source="hf", path=str(llama_dir), init_from=str(start))
-
-
-def fields(spec: ModelSpec) -> dict:
-    return spec.model_dump(include={"source", "path", "init_from"}, mode="json")
-
-
-@pytest.fixture(scope="module")
-def engine(spec):
-    started = time.monotonic()
-    engine = build_engine({"name": "vllm", "max_model_len": 512, "seed": 0}, spec)
-    print(f"vLLM engine start-up: {time.monotonic() - started:.1f} s")
-    yield engine
-    del engine.llm
-    gc.collect()
-
-
-@pytest.fixture(scope="module")
-def original(spec) -> bytes:
-    return weights_to_bytes(build_model(spec))
-
-
-def prompts_of(engine, *texts: str) -> list[list[int]]:
-    return [engine.tokenizer(t)["input_ids"] for t in texts]
-
-
-def worst_gap(groups, prompts, expected_of) -> float:
-    rows = [(p, s) for p, g in zip(prompts, groups) for s in g]
-    expected = expected_of([(p, s.tokens) for p, s in rows])
-    return max(abs(a - b) for (_, s), lp in zip(rows, expected) for a, b in zip(s.logprobs, lp))
-
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_behaviour_logprobs_equal_the_trainers_recomputation(engine, spec, temperature):
@@ -271,218 +228,3 @@ def test_a_worker_generates_with_vllm_into_the_broker_and_swaps_from_the_topic(
     assert all(abs(lp - uniform) < 1e-5 for e in second + third for lp in e.behaviour_logprobs)  # v1 generated them
     refused = [r for r in read_all(kafka, topics.rejected, Rejected) if r.stage == "weights"]
     assert len(refused) == 1 and refused[0].reason == "checksum"
-
-
-# ---- vllm_async: continuous batching and in-flight weight updates (rollout/engines/vllm_async.py) ----
-
-@pytest.fixture(scope="module")
-def async_engine(spec):
-    started = time.monotonic()
-    engine = build_engine({"name": "vllm_async", "max_model_len": 512, "seed": 0, "max_inflight": 64}, spec)
-    print(f"vLLM async engine start-up: {time.monotonic() - started:.1f} s")
-    yield engine
-    engine.close()
-
-
-def test_the_async_engines_greedy_answers_are_the_batch_engines(engine, async_engine):
-    prompts = prompts_of(engine, "What is 2+3?", "Add 1 and 4, then say it twice please", "hi")
-    params = SamplingParams(greedy=True, max_new_tokens=24)
-    want, got = engine.generate(prompts, 2, params), async_engine.generate(prompts, 2, params)
-    assert [[s.tokens for s in g] for g in got] == [[s.tokens for s in g] for g in want]
-    assert max(abs(a - b) for gg, wg in zip(got, want) for g, w in zip(gg, wg)
-               for a, b in zip(g.logprobs, w.logprobs)) <= TOLERANCE
-    assert all(s.versions == [0] * len(s.tokens) for g in got for s in g)
-
-
-def test_groups_come_back_as_they_finish_and_none_is_lost(async_engine):
-    """One long group submitted first, ten short ones after it: the short ones come back first."""
-    from concurrent.futures import as_completed
-
-    prompt = prompts_of(async_engine, "Count to a hundred")[0]
-    # EOS comes ~1 in 100 tokens with these weights: all 8 long samples ending within 30 is p ~ 1e-5.
-    futures = {async_engine.submit(prompt, 8, SamplingParams(max_new_tokens=300)): "long"}
-    futures.update({async_engine.submit(prompt, 2, SamplingParams(max_new_tokens=3)): i for i in range(10)})
-    order = [futures[f] for f in as_completed(futures, timeout=120)]
-    assert sorted(order, key=str) == sorted(futures.values(), key=str)  # every group, once
-    assert order[-1] == "long"  # submitted first, finished last
-    groups = {futures[f]: f.result() for f in futures}
-    assert all(len(groups[i]) == 2 and all(len(s.tokens) <= 3 for s in groups[i]) for i in range(10))
-    assert len(groups["long"]) == 8 and max(len(s.tokens) for s in groups["long"]) > 30
-
-
-@pytest.mark.parametrize("load", ["blob", "files"])
-def test_a_sequence_spans_a_swap_with_each_tokens_logprob_from_its_own_weights(
-        async_engine, spec, original, tmp_path, load):
-    """Swapped from another thread mid-generation: the in-flight samples carry tokens of both versions,
-    and each token's behaviour log-prob is the trainer's under the weights of its version."""
-    from safetensors.torch import load as load_tensors
-
-    from undertow.kernel.models.weights import to_buckets
-    from tests.vllm.tiny_llama import save_tiny_llama
-
-    other = {"source": "hf", "path": str(save_tiny_llama(tmp_path / "other", seed=3))}
-    blob = weights_to_bytes(build_model(ModelSpec(**other)))
-    prompt = prompts_of(async_engine, "Tell me a long story")[0]
-    before = async_engine.tokens_generated
-    future = async_engine.submit(prompt, 6, SamplingParams(max_new_tokens=400))
-    wait_for(lambda: async_engine.tokens_generated - before >= 30, what="a few tokens each", every=0.01)
-    if load == "blob":
-        swapper = threading.Thread(target=lambda: async_engine.load_weights(blob, version=7))
-    else:
-        paths = []
-        for i, bucket in enumerate(to_buckets(load_tensors(blob), 64 << 10)):
-            paths.append(tmp_path / f"bucket-{i}.safetensors")
-            paths[-1].write_bytes(bucket)
-        swapper = threading.Thread(target=lambda: async_engine.load_weight_files(paths, version=7))
-    swapper.start()
-    swapper.join(timeout=60)
-    try:
-        samples = future.result(timeout=120)
-    finally:
-        async_engine.load_weights(original, version=0)
-    spanning = [s for s in samples if 0 in s.versions and 7 in s.versions]
-    assert spanning, [len(s.tokens) for s in samples]
-    for s in samples:  # versions run 0...0 7...7, one per token
-        assert len(s.versions) == len(s.tokens) == len(s.logprobs) and s.versions == sorted(s.versions)
-    rows = [(prompt, s.tokens) for s in samples]
-    old, new = trainer_logprobs(fields(spec), 1.0, rows), trainer_logprobs(other, 1.0, rows)
-    for s, lp_old, lp_new in zip(samples, old, new):
-        expected = [a if v == 0 else b for v, a, b in zip(s.versions, lp_old, lp_new)]
-        assert max(abs(a - b) for a, b in zip(s.logprobs, expected)) <= TOLERANCE
-    # The other weights' numbers are not the first's: a token labelled with the wrong version would fail.
-    assert max(abs(a - b) for s, lp in zip(samples, old) for a, b, v in zip(s.logprobs, lp, s.versions)
-               if v == 7) > 0.1
-    print(f"pause per swap ({load}): {1000 * async_engine.swap_pauses[-2]:.1f} ms; "
-          f"{len(spanning)}/6 samples spanned it")
-
-
-def test_drain_lets_the_in_flight_samples_finish_on_the_old_weights(async_engine, spec, original, tmp_path):
-    from tests.vllm.tiny_llama import save_tiny_llama
-
-    other = {"source": "hf", "path": str(save_tiny_llama(tmp_path / "other", seed=4))}
-    prompt = prompts_of(async_engine, "Tell me a long story")[0]
-    before = async_engine.tokens_generated
-    async_engine.policy = "drain"  # the in_flight_updates option, switched on the module's engine
-    try:
-        future = async_engine.submit(prompt, 6, SamplingParams(max_new_tokens=400))
-        wait_for(lambda: async_engine.tokens_generated - before >= 30, what="a few tokens each", every=0.01)
-        blob = weights_to_bytes(build_model(ModelSpec(**other)))
-        done_at_swap = []  # drain: the load returns only once the group in flight has finished
-        swapper = threading.Thread(target=lambda: (async_engine.load_weights(blob, version=9),
-                                                   done_at_swap.append(future.done())))
-        swapper.start()
-        samples = future.result(timeout=120)
-        swapper.join(timeout=60)
-        after = async_engine.generate([prompt], 1, SamplingParams(max_new_tokens=4))[0][0]
-    finally:
-        async_engine.policy = "resubmit"
-        async_engine.load_weights(original, version=0)
-    assert all(s.versions == [0] * len(s.tokens) for s in samples)  # nothing of version 9 in them
-    # (How long the answers run is the random model's: an early EOS may end them all before the swap.)
-    assert done_at_swap == [True] and after.versions == [9] * len(after.tokens)
-    rows = [(prompt, s.tokens) for s in samples]
-    assert worst_gap([samples], [prompt], lambda _: trainer_logprobs(fields(spec), 1.0, rows)) <= TOLERANCE
-
-
-# ---- the rollout worker with continuous batching (rollout/continuous.py) ----
-
-TASKS, GROUP = 120, 2  # enough that a version published mid-run lands with groups in flight
-
-
-def committed_offsets(kafka, topics: Topics, group: str) -> dict[int, int]:
-    """The rollout group's committed offset per tasks partition (0: none)."""
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(**kafka.kafka_python(), group_id=group, enable_auto_commit=False)
-    try:
-        parts = consumer.partitions_for_topic(topics.tasks)
-        return {p: consumer.committed(TopicPartition(topics.tasks, p)) or 0 for p in parts}
-    finally:
-        consumer.close()
-
-
-@pytest.mark.broker
-def test_a_continuous_worker_killed_mid_stream_loses_nothing_and_repeats_nothing_committed(
-        async_engine, spec, original, kafka, namespace, tmp_path, monkeypatch):
-    """The vllm_async rollout worker (rollout/continuous.py) SIGKILLed mid-stream in a process of its
-    own, then restarted here on the module's engine: no task lost, none committed before the kill
-    published again (those after it may be: their ids are deterministic, the trainer's dedupe trains
-    each once), every committed task's group complete on the topic at the kill. A version published
-    while the restarted worker generates is swapped in mid-run, its tokens labelled with it."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    from collections import Counter
-
-    import undertow.rollout.worker as rollout_worker
-    from undertow.rollout.worker import RolloutWorker
-
-    rollout = {"engine": {"name": "vllm_async", "max_model_len": 512, "seed": 0, "max_inflight": 64},
-               "sampling": {"max_new_tokens": 128}, "reward": "numeric_match",
-               "max_staleness": 1,  # 0 would hold new tasks back from v1's announcement and drain the engine
-               "max_inflight": 8}  # 4 groups of 2 in the engine at once: the run lasts seconds
-    path = write_config(tmp_path / "run.yaml", namespace, model=fields(spec), rollout=rollout)
-    from undertow.rollout.config import rollout_group
-
-    topics, group = Topics(namespace), rollout_group(namespace)
-    where = {}  # task id -> (partition, offset)
-    with RecordProducer(kafka) as producer:
-        for i in range(TASKS):
-            task = Task(task_id=f"c{i}", prompt=f"What is {i}+{i % 7}?", answer=str(i + i % 7), group_size=GROUP)
-            meta = producer.send(topics.tasks, task, key=task.task_id).get(timeout=30)
-            where[task.task_id] = (meta.partition, meta.offset)
-
-    root = Path(__file__).parents[2]
-    proc = subprocess.Popen([sys.executable, "-m", "tests.vllm.continuous_worker", str(path), "w-killed"], cwd=root,
-                            start_new_session=True)  # its own process group: vLLM's engine core dies with it
-    try:  # killed once its first commit is in: mid-stream, with groups in the engine
-        wait_for(lambda: sum(committed_offsets(kafka, topics, group).values()) > 0, timeout=300,
-                 what="a first commit from the first worker", proc=proc, every=0.1)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the worker and its engine core: no close, no last commit
-        proc.wait()
-    at_kill = committed_offsets(kafka, topics, group)
-    before = Counter(e.experience_id for e in read_all(kafka, topics.raw, Experience))
-    assert 0 < sum(at_kill.values()) < TASKS, at_kill  # killed mid-stream: some committed, not all
-
-    monkeypatch.setattr(rollout_worker, "build_engine", lambda entry, model: async_engine)  # no second start-up
-    config, context = load_run(path, kafka)
-    worker = RolloutWorker(config.rollout, context, "w-restarted")
-    assert worker.continuous  # the engine said so, not its name
-    done = {}
-    thread = threading.Thread(target=lambda: done.update(
-        stats=worker.run(max_tasks=TASKS - sum(at_kill.values()), idle_timeout=30)), daemon=True)
-    thread.start()
-    wait_for(lambda: worker.stats.tasks >= 2, timeout=120, what="the restarted worker's first groups", every=0.05)
-    with RecordProducer(kafka) as producer:  # v1 (the same weights: only the labels change)
-        for c in chunk_weights(spec.name, 1, original, 64 << 10):
-            producer.send(topics.weights, c, key=spec.name)
-    thread.join(timeout=120)
-    stats = done["stats"]
-
-    published = Counter(e.experience_id for e in read_all(kafka, topics.raw, Experience))
-    expected = {f"c{i}/{j}" for i in range(TASKS) for j in range(GROUP)}
-    assert set(published) == expected, f"lost: {sorted(expected - set(published))[:5]}"
-    assert sum(committed_offsets(kafka, topics, group).values()) == TASKS
-    # Published again: only groups of tasks the kill left uncommitted (read again by the new worker).
-    again = {i.rsplit("/", 1)[0] for i, n in published.items() if n > 1}
-    for task_id in again:
-        partition, offset = where[task_id]
-        assert offset >= at_kill[partition], f"{task_id} was committed before the kill yet published again"
-    # Every committed task's group was complete on the topic at the kill: its offset moved only after.
-    for task_id, (partition, offset) in where.items():
-        if offset < at_kill[partition]:
-            assert all(before[f"{task_id}/{j}"] == 1 for j in range(GROUP)), task_id
-    assert stats.tasks == TASKS - sum(at_kill.values()) and stats.weight_swaps == 1
-    exps = read_all(kafka, topics.raw, Experience)
-    # The swap named its version inside the engine's pause (engine.at_version): tokens after it carry
-    # v1 (without that the engine's version stays 0). A sample spanning it needs a group in flight at
-    # that instant, which this tiny model's ~30-token samples rarely give; tests above pin spanning.
-    assert any(1 in e.token_versions for e in exps)
-    assert all(e.token_versions == sorted(e.token_versions) and e.policy_version == e.token_versions[0]
-               for e in exps if e.token_versions)
-    spanning = [e for e in exps if set(e.token_versions) == {0, 1}]
-    busy = [m.values for m in read_all(kafka, topics.metrics) if m.component == "w-restarted" and "generate_s" in m.values]
-    assert busy and all(0 < v["generate_s"] < 120 for v in busy)  # the time the engine had work, counted
-    print(f"{len(spanning)} samples spanned the swap; committed at the kill {at_kill}; {len(again)} groups published again; restarted worker {stats}")
