@@ -55,7 +55,7 @@ def read_all(kafka: KafkaSettings, topic: str, expect: type[Record] | tuple | No
     return [decode(value, expect=expect) for value in read_to_end(kafka, topic)]
 
 
-def raw_assignment(kafka, group: str, raw: str) -> list[set[int]]:
+def raw_assignment(kafka: KafkaSettings, group: str, raw: str) -> list[set[int]]:
     """The raw partitions each member of the group holds now (one set per member), sorted by size."""
     try:
         with admin_client(kafka) as admin:

@@ -45,7 +45,8 @@ class Drain:
         try:
             while not self._stop.is_set():
                 try:
-                    readers = readers or [GroupLag(self.kafka, topic, group) for topic, group in self.backlogs]
+                    while len(readers) < len(self.backlogs):  # one at a time: a failed one leaks none made before it
+                        readers.append(GroupLag(self.kafka, *self.backlogs[len(readers)]))
                     self.lags = {r.group: r() for r in readers}
                 except Exception as e:  # noqa: BLE001 — unknown is "not drained"; the next reading may succeed
                     log.warning("the stage's lag could not be read (%s); trying again", e)

@@ -197,8 +197,9 @@ class Run:
             sup.start("watch", [*cli, "watch", str(path)])
         if self.config.monitor.sinks:
             sup.start("monitor", [*cli, "monitor", str(path)])
-        drain = Drain(self.kafka, [(Topics(namespace).tasks, merged.rollout.consumer_group or rollout_group(namespace)),
-                                   (Topics(namespace).raw, merged.processors.app_id or processors_group(namespace))])
+        names = Topics(namespace)
+        drain = Drain(self.kafka, [(names.tasks, merged.rollout.consumer_group or rollout_group(namespace)),
+                                   (names.raw, merged.processors.app_id or processors_group(namespace))])
         try:
             status, message = self._watch(sup, watch, recorder, drain)
         finally:
