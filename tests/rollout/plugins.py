@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from undertow.schemas import Task
 
 from undertow.rollout.workflows import StepResult, Trajectory, WorkflowContext
@@ -48,3 +50,10 @@ def by_metadata(response: str, task: Task) -> dict[str, float]:
     """1 when the task's metadata says it always passes: difficulty scoring with known pass rates."""
     SCORED.append((task.task_id, response))
     return {"pass": float(task.metadata["passes"])}
+
+
+def remote_verifier(response: str, task: Task, *, seconds: float = 0.05) -> dict[str, float]:
+    """A reward that waits on a service (a sandbox, a remote judge) for `seconds` per sample: each
+    worker's throughput is then bound by its own waits, not by the cores its neighbours share."""
+    time.sleep(seconds)
+    return {"correct": float(response.strip() == task.answer)}
