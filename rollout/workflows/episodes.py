@@ -9,7 +9,11 @@ responses, or when its token budget (`max_tokens`, and the model's context) is s
 
 Token-in / token-out: an episode's tokens are exactly the engine's sample tokens and the
 observation tokens as fed to the engine, never a re-tokenization of the decoded conversation
-(which can differ: see tests/rollout/test_agents.py), so the trainer scores what was sampled.
+(which can differ: see tests/rollout/test_agents.py), so the trainer scores what was sampled. Their
+behaviour log-probs and policy versions are the samples' own, kept turn by turn: no scoring pass
+afterwards (on vLLM at a temperature other than 1 that pass asks for the whole vocabulary at every
+position, and a SmolLM2 batch of 32 episodes never finished it), and a turn generated after a weight
+swap keeps the version that sampled it.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ class Episode:
     state: Any = None  # the workflow's own: an environment, the chat so far, ...
     tokens: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)
+    logprobs: list[float] | None = field(default_factory=list)  # None: a turn came without them
+    versions: list[int] | None = field(default_factory=list)  # None: a turn came without them
     texts: list[str] = field(default_factory=list)
     last: str = ""  # the latest response's text
     turns: int = 0
@@ -89,6 +95,8 @@ def _turn(group: list[Episode], ctx: WorkflowContext, react: React, budget: int,
     for ep, sample, observation in zip(group, samples, observations):
         ep.tokens += sample.tokens
         ep.mask += [1] * len(sample.tokens)
+        ep.logprobs = _extended(ep.logprobs, sample.logprobs, len(sample.tokens))
+        ep.versions = _extended(ep.versions, sample.versions, len(sample.tokens))
         ep.texts.append(sample.text)
         ep.last, ep.turns = sample.text, ep.turns + 1
         if observation is None:  # over: a truncated last response stays "length" (the processors may drop it)
@@ -102,7 +110,16 @@ def _turn(group: list[Episode], ctx: WorkflowContext, react: React, budget: int,
                 continue
             ep.tokens += fed
             ep.mask += [0] * len(fed)
+            # Not the policy's tokens: masked out of the loss, so their log-prob is never read; their
+            # version is the turn's before them, so the oldest version of the episode stays a sampled one.
+            ep.logprobs = _extended(ep.logprobs, [0.0] * len(fed), len(fed))
+            ep.versions = _extended(ep.versions, ep.versions[-1:] * len(fed), len(fed)) if ep.versions else None
             ep.texts.append(observation)
+
+
+def _extended(kept: list | None, new: list, count: int) -> list | None:
+    """`kept` + `new` when `new` has a value for each of the turn's `count` tokens; else None for good."""
+    return None if kept is None or len(new) != count else kept + list(new)
 
 
 def _room(ctx: WorkflowContext, ep: Episode, max_tokens: int | None) -> int:
@@ -119,13 +136,12 @@ def _context_left(ctx: WorkflowContext, ep: Episode) -> int:
     return limit - len(ep.prompt) - len(ep.tokens) - 1
 
 
-def trajectory(ep: Episode, ctx: WorkflowContext, components: dict[str, float]) -> Trajectory:
-    """A finished episode as a trajectory; behaviour log-probs from one scoring pass over it (causal
-    attention: a response token's log-prob is the one it was sampled with)."""
-    logprobs = ctx.engine.logprobs(ep.prompt, ep.tokens, ctx.sampling.temperature) if ep.tokens else []
+def trajectory(ep: Episode, components: dict[str, float]) -> Trajectory:
+    """A finished episode as a trajectory, with the log-probs and versions its turns were sampled with."""
     return Trajectory(prompt_text=ep.prompt_text, prompt_tokens=ep.prompt, response_text="".join(ep.texts),
-                      response_tokens=ep.tokens, logprobs=logprobs, loss_mask=ep.mask, finish_reason=ep.finish,
-                      reward_components=components, metadata={"turns": ep.turns, **ep.metadata})
+                      response_tokens=ep.tokens, logprobs=ep.logprobs or [], loss_mask=ep.mask,
+                      finish_reason=ep.finish, reward_components=components, versions=ep.versions or [],
+                      metadata={"turns": ep.turns, **ep.metadata})
 
 
 def by_task(tasks: list[Task], episodes: list[Episode], finish: Callable[[Episode], Trajectory]) -> list[Any]:

@@ -3,9 +3,9 @@
 The trajectory is prompt, then response 1, observation 1, response 2, … Observation tokens stay
 in the experience (the policy conditions on them) with loss mask 0: the trainer must not learn to
 produce them. Every episode of the batch (all tasks, all samples) plays at once: each turn is one
-engine call over the episodes still running (episodes.py). Behaviour log-probs of every response
-token, observations included, come from one scoring pass over the finished trajectory
-(schemas.logprobs, like the trainer).
+engine call over the episodes still running (episodes.py). Behaviour log-probs are the ones each
+response token was sampled with (schemas.logprobs, like the trainer); observation tokens get 0.0,
+never read (mask 0).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def multi_turn_batch(tasks: list[Task], ctx: WorkflowContext, *, environment: st
 
     run_episodes(episodes, ctx, react, max_turns=max_turns, max_tokens=max_tokens)
     return by_task(tasks, episodes, lambda ep: trajectory(
-        ep, ctx, {"env": ep.metadata.pop("env_reward", 0.0), **ctx.reward(ep.last, ep.task)}))
+        ep, {"env": ep.metadata.pop("env_reward", 0.0), **ctx.reward(ep.last, ep.task)}))
 
 
 def _start(task: Task, ctx: WorkflowContext, env: Any) -> Episode:

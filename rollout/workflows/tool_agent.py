@@ -86,7 +86,7 @@ def tool_agent_batch(tasks: list[Task], ctx: WorkflowContext, *, tools: ToolName
         return observations
 
     run_episodes(episodes, ctx, react, max_turns=max_turns, max_tokens=max_tokens)
-    return by_task(tasks, episodes, lambda ep: trajectory(ep, ctx, ctx.reward(ep.last, ep.task)))
+    return by_task(tasks, episodes, lambda ep: trajectory(ep, ctx.reward(ep.last, ep.task)))
 
 
 def _start(task: Task, tok: Any, found: dict, parser: str, examples: list[dict[str, str]]) -> Episode:

@@ -22,31 +22,43 @@ from tests.rollout.scripted_model import ANSWER, QUESTION, RESPONSES, SPEC, TIME
 class Recorder:
     """The real engine, with every sample it returns kept (to compare with what the workflow recorded)."""
 
-    def __init__(self, engine):
+    def __init__(self, engine, stamp_versions: bool = False):
         self.engine, self.tokenizer, self.max_length = engine, engine.tokenizer, engine.max_length
+        self.stamp_versions = stamp_versions  # as an engine that swaps weights between turns: turn i is version i
         self.calls: list[int] = []
         self.samples: list = []
+        self.scored = 0  # scoring passes asked of the engine
 
     def generate(self, prompts, n, params):
         self.calls.append(len(prompts) * n)
         out = self.engine.generate(prompts, n, params)
+        if self.stamp_versions:
+            for group in out:
+                for sample in group:
+                    sample.versions = [len(self.calls) - 1] * len(sample.tokens)
         self.samples += [s for group in out for s in group]
         return out
 
     def logprobs(self, prompt, continuation, temperature):
+        self.scored += 1
         return self.engine.logprobs(prompt, continuation, temperature)
+
+
+def play(weights, tasks: list[Task], stamp_versions: bool = False):
+    """The scripted tool conversation for `tasks` through the real engine and sandbox."""
+    engine = Recorder(build_engine("transformers", SPEC.model_copy(update={"init_from": str(weights)})),
+                      stamp_versions)
+    ctx = WorkflowContext(engine=engine, sampling=SamplingParams(greedy=True, max_new_tokens=60),
+                          reward=build_reward("numeric_match"))
+    flow = build_batch_workflow({"name": "tool_agent", "tools": TOOLS, "parser": "pythonic", "timeout_s": TIMEOUT_S,
+                                 "max_turns": 6})
+    return engine, tasks, flow(tasks, ctx)
 
 
 @pytest.fixture(scope="module")
 def scripted(scripted_weights):
-    engine = Recorder(build_engine("transformers", SPEC.model_copy(update={"init_from": str(scripted_weights)})))
-    ctx = WorkflowContext(engine=engine, sampling=SamplingParams(greedy=True, max_new_tokens=60),
-                          reward=build_reward("numeric_match"))
-    tasks = [Task(task_id="c1", prompt=QUESTION, answer=ANSWER, group_size=2),
-             Task(task_id="c2", prompt=QUESTION, answer=ANSWER, group_size=1)]
-    flow = build_batch_workflow({"name": "tool_agent", "tools": TOOLS, "parser": "pythonic", "timeout_s": TIMEOUT_S,
-                                 "max_turns": 6})
-    return engine, tasks, flow(tasks, ctx)
+    return play(scripted_weights, [Task(task_id="c1", prompt=QUESTION, answer=ANSWER, group_size=2),
+                                   Task(task_id="c2", prompt=QUESTION, answer=ANSWER, group_size=1)])
 
 
 def test_tool_episodes_of_a_batch_share_each_turn_and_count_tool_outcomes(scripted):
@@ -88,6 +100,47 @@ def test_token_in_token_out(scripted):
     # four EOS tokens the model generated, so every later token would sit at another position.
     again = tok(t.response_text, add_special_tokens=False)["input_ids"]
     assert len(t.response_tokens) - len(again) == 4 and again != t.response_tokens
+
+
+def test_behaviour_logprobs_are_the_sampled_ones_with_no_scoring_pass(scripted):
+    """Each policy token's log-prob is the one it was sampled with, kept turn by turn: checked against a
+    plain forward pass of the model over the whole episode (temperature 1). No scoring pass over
+    finished episodes (on vLLM it asks for the whole vocabulary at every position: a SmolLM2 batch of 32
+    tool episodes never finished it)."""
+    import torch
+
+    engine, tasks, outcomes = scripted
+    assert engine.scored == 0
+    for t in (outcomes[0][0], outcomes[1][0]):
+        ids = torch.tensor([t.prompt_tokens + t.response_tokens])
+        with torch.no_grad():
+            lp = torch.log_softmax(engine.engine.model(ids).logits[0].double(), -1)
+        start = len(t.prompt_tokens) - 1  # position i predicts token i + 1
+        expected = [lp[start + i, token].item() for i, token in enumerate(t.response_tokens)]
+        assert len(t.logprobs) == len(t.response_tokens) == len(t.loss_mask)
+        policy = [(got, want) for got, want, m in zip(t.logprobs, expected, t.loss_mask) if m == 1]
+        assert len(policy) > 20 and max(abs(got - want) for got, want in policy) < 1e-4
+        assert all(got == 0.0 for got, m in zip(t.logprobs, t.loss_mask) if m == 0)  # never read: mask 0
+
+
+def test_each_turn_keeps_the_version_that_sampled_it(scripted_weights):
+    """Turns sampled under versions 0, 1, 2, 3 (an engine swapping weights between turns) keep them;
+    an observation carries the version of the turn before it, so the experience's policy version is
+    the oldest sampled one."""
+    _, tasks, outcomes = play(scripted_weights, [Task(task_id="v", prompt=QUESTION, answer=ANSWER, group_size=1)],
+                              stamp_versions=True)
+    (t,) = outcomes[0]
+    assert len(t.versions) == len(t.response_tokens)
+    turns, previous = [], None
+    for version, m in zip(t.versions, t.loss_mask):
+        if m == 1 and version != previous:
+            turns.append(version)
+        elif m == 0:
+            assert version == previous  # an observation: the turn's before it
+        previous = version
+    assert turns == [0, 1, 2, 3]
+    (e,) = to_experiences(tasks[0], outcomes[0], policy_version=5, worker="w")
+    assert e.policy_version == 0 and e.token_versions == t.versions
 
 
 def test_retokenizing_merges_what_a_bpe_model_sampled_apart():
