@@ -110,8 +110,12 @@ def test_multi_turn_masks_and_logprobs(engine):
         assert observed.count("\nuser: ") == 2 and observed.count("\nassistant: ") == 2
         assert sum(e.loss_mask) == len(e.response_tokens) - len(tok(observed)["input_ids"])
         assert e.loss_mask[0] == 1 and e.loss_mask[-1] == 1  # starts and ends with a policy turn
+    # The policy's tokens carry the log-probs they were sampled with, as the trainer computes them; the
+    # observations' are never read (mask 0) and recorded as 0.
     recomputed = trainer_logprobs(ModelSpec(), exps, 1.0)
-    assert max(abs(a - b) for e, r in zip(exps, recomputed) for a, b in zip(e.behaviour_logprobs, r)) <= 1e-4
+    pairs = [(a, b, m) for e, r in zip(exps, recomputed) for a, b, m in zip(e.behaviour_logprobs, r, e.loss_mask)]
+    assert max(abs(a - b) for a, b, m in pairs if m == 1) <= 1e-4
+    assert all(a == 0.0 for a, _, m in pairs if m == 0)
 
 
 def test_multi_turn_custom_environment_reward_and_done(engine):
