@@ -234,3 +234,56 @@ def test_a_continuous_worker_killed_mid_stream_loses_nothing_and_repeats_nothing
     busy = [m.values for m in read_all(kafka, topics.metrics) if m.component == "w-restarted" and "generate_s" in m.values]
     assert busy and all(0 < v["generate_s"] < 120 for v in busy)  # the time the engine had work, counted
     print(f"{len(spanning)} samples spanned the swap; committed at the kill {at_kill}; {len(again)} groups published again; restarted worker {stats}")
+
+
+def test_the_endpoint_submits_each_request_at_once_and_an_answer_counts_its_oldest_version(async_engine, original):
+    """`undertow serve` on the continuous engine (rollout/serve/batcher.py's submit path): six agents
+    asking at once through the real `openai` client go into the engine as they come (six submits, no
+    batching window) and each greedy answer is the one it gets alone; an answer whose tokens span a
+    weight swap is counted at its oldest version (the session's staleness), not the newer one."""
+    import openai
+    from starlette.testclient import TestClient
+
+    from undertow.rollout.serve.app import build_app
+    from undertow.rollout.serve.config import ServeConfig
+    from undertow.rollout.serve.endpoint import Endpoint
+
+    endpoint = Endpoint(async_engine, "policy", SamplingParams(max_new_tokens=12), settings=ServeConfig(max_batch=8))
+    agent = openai.OpenAI(base_url="http://testserver/v1", api_key="-", http_client=TestClient(build_app(endpoint)),
+                          max_retries=0)
+    questions = [[{"role": "user", "content": f"Say {word} twice"}] for word in ("one", "two", "tree", "a b", "ok", "x")]
+
+    def answer(messages) -> str:
+        return agent.chat.completions.create(model="policy", messages=messages, temperature=0).choices[0].message.content
+
+    together: dict[int, str] = {}
+    start = threading.Barrier(len(questions))
+
+    def at_once(i: int) -> None:
+        start.wait()
+        together[i] = answer(questions[i])
+
+    threads = [threading.Thread(target=at_once, args=(i,)) for i in range(len(questions))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert endpoint.batcher.stats.calls == endpoint.batcher.stats.requests == len(questions) == len(together)
+    assert [together[i] for i in range(len(questions))] == [answer(q) for q in questions]
+
+    prompt = prompts_of(async_engine, "Tell me a long story")[0]
+    before = async_engine.tokens_generated
+    result: dict = {}
+    asking = threading.Thread(target=lambda: result.update(
+        answer=endpoint.batcher.generate(prompt, 6, SamplingParams(max_new_tokens=400))))
+    asking.start()
+    try:
+        wait_for(lambda: async_engine.tokens_generated - before >= 30 or result, what="a few tokens each", every=0.01)
+        assert not result, [len(s.tokens) for s in result["answer"].samples]
+        async_engine.load_weights(original, version=7)  # the same weights under a new version: tokens go on
+        asking.join(timeout=120)
+        versions = [set(s.versions) for s in result["answer"].samples]
+        assert {0, 7} in versions and result["answer"].version == 0, versions
+    finally:
+        async_engine.load_weights(original, version=0)
+        endpoint.close()
