@@ -9,7 +9,9 @@ Otherwise, per batch of up to `rollout.batch_tasks` ready tasks: generate every 
 call (a single-turn workflow; a multi-turn one plays every episode of the batch at once, one call per turn),
 score each, publish one Experience per sample keyed by group id once its task's episodes have all
 ended, wait for the acknowledgements, then commit the batch's offsets (at-least-once; ids are
-deterministic, so a batch redelivered after a crash yields the same experiences).
+deterministic, so a batch redelivered after a crash yields the same experiences). The workflow runs on
+a thread of its own while the consumer keeps polling (taking nothing), as the continuous loop does:
+a batch that outlasts max.poll.interval keeps its partitions and its commit.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as StillRunning
 from dataclasses import dataclass
 
 from undertow.kernel.models import fingerprint
@@ -25,7 +29,7 @@ from undertow.streams import Delivery, RecordConsumer, RecordProducer, RunContex
 
 from undertow.rollout.admission import Admission
 from undertow.rollout.config import RolloutConfig, rollout_group
-from undertow.rollout.continuous import ContinuousLoop
+from undertow.rollout.continuous import KEEP_ALIVE_S, ContinuousLoop
 from undertow.rollout.engines import build_engine
 from undertow.rollout.experiences import to_experiences
 from undertow.rollout.rewards import build_reward
@@ -73,6 +77,7 @@ class RolloutWorker:
         self.subscriber = WeightSubscriber(settings, self.topics, self.model_name, self.producer,
                                            tokenizer=self.tokenizer)
         self.stats = WorkerStats()
+        self._batches = ThreadPoolExecutor(1, thread_name_prefix=f"{name}-batch")
 
     def run(self, *, max_tasks: int | None = None, idle_timeout: float | None = None,
             stop: threading.Event | None = None) -> WorkerStats:
@@ -110,6 +115,7 @@ class RolloutWorker:
         self.producer.flush()
         self.consumer.close()  # leaves the group; offsets were committed batch by batch
         self.producer.close()
+        self._batches.shutdown(wait=False)
 
     def _swap_weights(self) -> None:
         """Between generations: load the newest verified version, if one arrived."""
@@ -163,7 +169,7 @@ class RolloutWorker:
     def _process(self, deliveries: list[Delivery[Task]]) -> None:
         started = time.time()
         try:
-            outcomes = self.workflow([d.record for d in deliveries], self.ctx)  # one engine call, single-turn
+            outcomes = self._generate([d.record for d in deliveries])  # one engine call, single-turn
         except Exception as e:  # a batched workflow that fails as a whole fails each of its tasks
             outcomes = [e] * len(deliveries)
         generated = time.time() - started
@@ -175,6 +181,17 @@ class RolloutWorker:
         # acknowledged before the offsets move past its tasks.
         self.consumer.commit(next_offsets(deliveries))
         self.stats.tasks += len(deliveries)
+
+    def _generate(self, tasks: list[Task]) -> list[Outcome]:
+        """The workflow over a batch, on a thread of its own, while this one keeps the consumer a live
+        member of its group: a batch may outlast the consumer's max.poll.interval (5 min: long
+        episodes, a slow CPU), and then the group would take its tasks back and refuse the commit."""
+        future = self._batches.submit(self.workflow, tasks, self.ctx)
+        while True:
+            try:
+                return future.result(timeout=KEEP_ALIVE_S)
+            except StillRunning:
+                self.consumer.idle(0)  # polls (no record taken): the group sees the member alive
 
     def _experiences(self, delivery: Delivery[Task], outcome: Outcome) -> list[Experience]:
         """A task's experiences, or none after dead-lettering a task that failed (it does not stop the group)."""

@@ -204,3 +204,30 @@ def test_a_batch_is_cut_to_the_admission_budget_and_the_rest_read_again(kafka, n
     exps = read_all(kafka, topics.raw, Experience)
     assert sorted(e.experience_id for e in exps) == sorted(f"c{i}/{j}" for i in range(4) for j in range(2))
     assert committed(kafka, topics, rollout_group(namespace)) == 4
+
+
+def test_a_batch_longer_than_the_poll_interval_keeps_its_group_membership(kafka, namespace, config_path, monkeypatch):
+    """A batch may outlast the consumer's max.poll.interval (long episodes, a slow CPU): the worker
+    polls (taking nothing) while the workflow runs on its own thread, so the group keeps the worker's
+    partitions and takes its commit. Without that, the group drops the member mid-batch and the
+    commit is refused (CommitFailedError: the worker crashed, its tasks generated again)."""
+    import functools
+
+    from undertow.streams import RecordConsumer
+
+    monkeypatch.setattr("undertow.rollout.worker.RecordConsumer", functools.partial(RecordConsumer,
+                                                                                   max_poll_interval_ms=3_000))
+    slow = {**ROLLOUT, "batch_tasks": 2, "reward": {"name": "tests.rollout.plugins.remote_verifier", "seconds": 2.0}}
+    config, context = load_run(config_path(rollout=slow), kafka)
+    topics = Topics(namespace)
+    with RecordProducer(kafka) as producer:
+        for i in range(2):  # one batch: 2 tasks x 2 samples x 2 s of reward = 8 s, past the 3-s interval
+            producer.send(topics.tasks, Task(task_id=f"s{i}", prompt="1+1?", answer="2", group_size=2), key="s")
+    assert RolloutWorker(config.rollout, context, "w0").run(max_tasks=2).tasks == 2
+    assert sorted(e.experience_id for e in read_all(kafka, topics.raw, Experience)) == ["s0/0", "s0/1", "s1/0", "s1/1"]
+    reader = KafkaConsumer(**kafka.kafka_python(), group_id=rollout_group(namespace), enable_auto_commit=False)
+    try:
+        assert sum(reader.committed(TopicPartition(topics.tasks, p)) or 0
+                   for p in reader.partitions_for_topic(topics.tasks)) == 2
+    finally:
+        reader.close()
