@@ -9,9 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 DEFAULT_PIPELINE: list[Any] = ["clean", "reshape", "prioritize"]
 
 
-def processors_group(namespace: str) -> str:
-    """The processors' Faust app id, hence their consumer group on the raw topic (unless `app_id` is set)."""
-    return f"{namespace}-processors"
+def processors_group(namespace: str, app_id: str | None = None) -> str:
+    """The processors' Faust app id, hence their consumer group on the raw topic: the config's `app_id`,
+    else the namespace's."""
+    return app_id or f"{namespace}-processors"
 
 
 class ProcessorsConfig(BaseModel):

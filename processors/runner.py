@@ -28,7 +28,7 @@ def build_app(cfg: ProcessorsConfig, context: RunContext, worker: str | None = N
     worker = worker or f"{socket.gethostname()}-{os.getpid()}"
     # The app id names the consumer group and the state changelogs: one per namespace, so that runs
     # sharing a cluster never share dedupe or group state.
-    plan = WorkerPlan(app_id=cfg.app_id or processors_group(namespace), topics=topics, source=topics.raw,
+    plan = WorkerPlan(app_id=processors_group(namespace, cfg.app_id), topics=topics, source=topics.raw,
                       expect=Experience, tables=("groups", "dedupe"), writes=(topics.ready, topics.task_stats),
                       batch_size=cfg.batch_size, batch_within_s=cfg.batch_within_s, tick_every_s=cfg.tick_every_s,
                       metrics_every_s=cfg.metrics_every_s, stall_timeout_s=cfg.stall_timeout_s,

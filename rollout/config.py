@@ -18,9 +18,10 @@ from undertow.rollout.workflows import workflows
 Entry = str | dict[str, Any]  # a registry entry: `name`, dotted path, or {name: …, **kwargs}
 
 
-def rollout_group(namespace: str) -> str:
-    """The rollout workers' consumer group on the tasks topic (the feeder measures its lag)."""
-    return f"{namespace}.rollout"
+def rollout_group(namespace: str, configured: str | None = None) -> str:
+    """The rollout workers' consumer group on the tasks topic (the feeder measures its lag): the
+    `consumer_group` a config names, else the namespace's."""
+    return configured or f"{namespace}.rollout"
 
 
 class TasksetConfig(BaseModel):

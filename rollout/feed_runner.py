@@ -50,7 +50,7 @@ class Feeder:
         self.cfg, self.topics, self.settings = cfg, run.topics, settings
         self.sampler = build_sampler(cfg)
         self.producer = RecordProducer(settings)
-        self.lag = GroupLag(settings, self.topics.tasks, cfg.consumer_group or rollout_group(run.namespace))
+        self.lag = GroupLag(settings, self.topics.tasks, rollout_group(run.namespace, cfg.consumer_group))
         self.task_stats: RecordConsumer[TaskStat] = RecordConsumer(
             settings, [], group_id=None, expect=TaskStat, rejected_topic=self.topics.rejected,
             producer=self.producer, stage="feeder")

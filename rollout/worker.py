@@ -70,7 +70,7 @@ class RolloutWorker:
         self.wait_seconds = cfg.weights_wait_seconds
         self.producer = RecordProducer(settings)
         self.consumer: RecordConsumer[Task] = RecordConsumer(
-            settings, [self.topics.tasks], group_id=cfg.consumer_group or rollout_group(run.namespace),
+            settings, [self.topics.tasks], group_id=rollout_group(run.namespace, cfg.consumer_group),
             expect=Task, rejected_topic=self.topics.rejected, producer=self.producer, stage="rollout",
             max_poll_records=cfg.batch_tasks)
         self.tokenizer = fingerprint(self.engine.tokenizer)

@@ -198,8 +198,8 @@ class Run:
         if self.config.monitor.sinks:
             sup.start("monitor", [*cli, "monitor", str(path)])
         names = Topics(namespace)
-        drain = Drain(self.kafka, [(names.tasks, merged.rollout.consumer_group or rollout_group(namespace)),
-                                   (names.raw, merged.processors.app_id or processors_group(namespace))])
+        drain = Drain(self.kafka, [(names.tasks, rollout_group(namespace, merged.rollout.consumer_group)),
+                                   (names.raw, processors_group(namespace, merged.processors.app_id))])
         try:
             status, message = self._watch(sup, watch, recorder, drain)
         finally:

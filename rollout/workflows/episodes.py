@@ -113,7 +113,7 @@ def _turn(group: list[Episode], ctx: WorkflowContext, react: React, budget: int,
             # Not the policy's tokens: masked out of the loss, so their log-prob is never read; their
             # version is the turn's before them, so the oldest version of the episode stays a sampled one.
             ep.logprobs = _extended(ep.logprobs, [0.0] * len(fed), len(fed))
-            ep.versions = _extended(ep.versions, ep.versions[-1:] * len(fed), len(fed)) if ep.versions else None
+            ep.versions = ep.versions + ep.versions[-1:] * len(fed) if ep.versions else None
             ep.texts.append(observation)
 
 
