@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 Header = dict[str, tuple[str, tuple[int, ...]]]  # tensor name -> (safetensors dtype, shape)
+Blob = bytes | memoryview  # safetensors bytes (the buckets written here are views of one buffer each)
 
 
 def state_tensors(model: "PreTrainedModel") -> dict[str, "torch.Tensor"]:
@@ -39,34 +40,65 @@ def weights_to_bytes(model: "PreTrainedModel") -> bytes:
 
 
 def to_buckets(tensors: Mapping[str, "torch.Tensor"], bucket_bytes: int,
-               metadata: dict[str, str] | None = None) -> list[bytes]:
+               metadata: dict[str, str] | None = None) -> list[Blob]:
     """Safetensors blobs of at most `bucket_bytes` of tensor data each, in the tensors' order (a
     tensor larger than that is a bucket of its own); each carries `metadata`."""
     return list(iter_buckets(tensors, bucket_bytes, metadata))
 
 
 def iter_buckets(tensors: Mapping[str, "torch.Tensor"], bucket_bytes: int,
-                 metadata: dict[str, str] | None = None) -> Iterator[bytes]:
+                 metadata: dict[str, str] | None = None) -> Iterator[Blob]:
     """`to_buckets`, one bucket at a time (a caller can hash one while the next is copied)."""
-    from safetensors.torch import save
-
     current, size = {}, 0
     for name, t in tensors.items():
         nbytes = t.numel() * t.element_size()
         if current and size + nbytes > bucket_bytes:
-            yield save(current, metadata=metadata)
+            yield safetensors_blob(current, metadata)
             current, size = {}, 0
         current[name], size = t, size + nbytes
-    yield save(current, metadata=metadata)
+    yield safetensors_blob(current, metadata)
 
 
-def read_header(blob: bytes) -> tuple[Header, dict[str, str]]:
+# safetensors' names for the dtypes (its format's spec); a dtype not here is refused with its name.
+SAFETENSORS_DTYPES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16",
+                      "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "int64": "I64", "int32": "I32",
+                      "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL"}
+
+
+def safetensors_blob(tensors: Mapping[str, "torch.Tensor"], metadata: dict[str, str] | None = None) -> memoryview:
+    """The safetensors bytes of `tensors` (read back by safetensors' own loader), written with one copy
+    of each tensor into memory that is never zeroed first. safetensors' `save` copies every tensor into
+    Python bytes and then into its output: on SmolLM2 (513 MiB) 0.66 s against 0.15 s here, on the
+    path from the trainer's publish to the workers' swap."""
+    import torch
+
+    entries: dict[str, Any] = {"__metadata__": metadata} if metadata else {}
+    offset = 0
+    for name, t in tensors.items():
+        dtype = SAFETENSORS_DTYPES.get(str(t.dtype).removeprefix("torch."))
+        if dtype is None:
+            raise ValueError(f"weights: {name} has dtype {t.dtype}, which safetensors cannot hold")
+        nbytes = t.numel() * t.element_size()
+        entries[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    header = json.dumps(entries, separators=(",", ":")).encode()
+    header += b" " * (-len(header) % 8)  # the data starts 8-byte aligned, as safetensors writes it
+    start = 8 + len(header)
+    blob = torch.empty(start + offset, dtype=torch.uint8)
+    blob[:start].copy_(torch.frombuffer(bytearray(len(header).to_bytes(8, "little") + header), dtype=torch.uint8))
+    for name, t in tensors.items():
+        begin, end = entries[name]["data_offsets"]
+        blob[start + begin:start + end].copy_(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8))
+    return memoryview(blob.numpy())
+
+
+def read_header(blob: Blob) -> tuple[Header, dict[str, str]]:
     """Tensors and metadata declared by the header of safetensors bytes (or just their first bytes)."""
     size = int.from_bytes(blob[:8], "little")
     if len(blob) < 8 or len(blob) < 8 + size:
         raise ValueError("not a safetensors blob (its header is cut short)")
     try:
-        header = json.loads(blob[8:8 + size])
+        header = json.loads(bytes(blob[8:8 + size]))
         meta = header.pop("__metadata__", None) or {}
         return {name: (e["dtype"], tuple(e["shape"])) for name, e in header.items()}, meta
     except (ValueError, KeyError, TypeError, AttributeError) as e:

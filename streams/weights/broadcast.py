@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from undertow.kernel.disk import DiskFull
-from undertow.kernel.models.weights import iter_buckets, read_header
+from undertow.kernel.models.weights import Blob, read_header, to_buckets
 from undertow.schemas import Bucket, MetricEvent, WeightIntegrityError, WeightUpdate, announce_buckets, verify_manifest
 from undertow.streams.producer import RecordProducer
 
@@ -182,7 +182,7 @@ def group(store: dist.TCPStore, prefix: str, rank: int, size: int, timeout_s: fl
     return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, size, timedelta(seconds=timeout_s))
 
 
-def send(pg: dist.ProcessGroup, buckets: list[bytes]) -> None:
+def send(pg: dist.ProcessGroup, buckets: list[Blob]) -> None:
     """Rank 0: every bucket's bytes, in order."""
     import torch
 
@@ -213,9 +213,9 @@ def joined(store: dist.TCPStore, version: int) -> int:
 @dataclasses.dataclass
 class Packed:
     """A version's buckets (copies: training may go on) and their manifest entries, hashed on other
-    threads while the next buckets are copied."""
+    threads while the trainer goes on."""
 
-    buckets: list[bytes]
+    buckets: list[Blob]
     entries: list[Future]
 
     def manifest(self) -> list[Bucket]:
@@ -252,11 +252,10 @@ class BroadcastSender:
         self._thread.start()
 
     def pack(self, tensors: dict[str, Any], metadata: dict[str, str] | None) -> Packed:
-        packed = Packed([], [])
-        for blob in iter_buckets(tensors, self.files.bucket_bytes, metadata):
-            packed.entries.append(self._hashing.submit(describe, bucket_file(len(packed.buckets)), blob))
-            packed.buckets.append(blob)
-        return packed
+        # Hashed once all are copied: copying and hashing at once on a machine's few cores took 0.44 s
+        # for SmolLM2's 513 MiB, one after the other 0.36 s.
+        buckets = to_buckets(tensors, self.files.bucket_bytes, metadata)
+        return Packed(buckets, [self._hashing.submit(describe, bucket_file(i), blob) for i, blob in enumerate(buckets)])
 
     def publish(self, version: int, packed: Packed) -> Published:
         if self.failure is not None:
@@ -326,7 +325,7 @@ class BroadcastSender:
             "broadcast_sent": float(sent), "broadcast_s": seconds}), key=METRICS_COMPONENT)
         self._writing = self._writer.submit(self._fallback, version, buckets, manifest)
 
-    def _fallback(self, version: int, buckets: list[bytes], manifest: list[Bucket]) -> None:
+    def _fallback(self, version: int, buckets: list[Blob], manifest: list[Bucket]) -> None:
         """The version's files and their announcement: for the workers that were late or are yet to
         start, and for side consumers. A full disk is the trainer's to raise (its next publish)."""
         try:

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import Field
 
 from undertow.kernel.disk import stop_when_full
-from undertow.kernel.models.weights import file_header, to_buckets
+from undertow.kernel.models.weights import Blob, file_header, to_buckets
 from undertow.schemas import Bucket, WeightIntegrityError, WeightUpdate, announce_buckets, verify_manifest
 
 from .api import Lost, Published, Receiving, Sending, Settings, Transport, publish_weights, transports
@@ -53,7 +53,7 @@ class FilesSender:
         self.root = f"{root.rstrip('/')}/{own}"
         self.base_uri = f"{uri.rstrip('/')}/{own}"
 
-    def pack(self, tensors: dict[str, Any], metadata: dict[str, str] | None) -> list[bytes]:
+    def pack(self, tensors: dict[str, Any], metadata: dict[str, str] | None) -> list[Blob]:
         return to_buckets(tensors, self.bucket_bytes, metadata)
 
     @property
@@ -61,7 +61,7 @@ class FilesSender:
         # An adapter is applied whole (peft), so it is one bucket however large.
         return self.s.cfg.bucket_bytes if self.s.payload == "full" else 1 << 62
 
-    def publish(self, version: int, packed: list[bytes]) -> Published:
+    def publish(self, version: int, packed: list[Blob]) -> Published:
         manifest = self.write(version, packed)
         return publish_weights(self.s.producer, self.s.topics.weights, [self.announcement(version, manifest)])
 
@@ -75,7 +75,7 @@ class FilesSender:
     def version_uri(self, version: int) -> str:
         return f"{self.base_uri}/{VERSION_PREFIX}{version:08d}"
 
-    def write(self, version: int, buckets: list[bytes], manifest: list[Bucket] | None = None) -> list[Bucket]:
+    def write(self, version: int, buckets: list[Blob], manifest: list[Bucket] | None = None) -> list[Bucket]:
         """Write a version's buckets, then its manifest, under a temporary name; rename it into place;
         delete versions beyond `keep`. Readers never see a version directory half written. A full disk
         removes the partial directory and raises DiskFull (no announcement: workers keep the version they have)."""
@@ -85,7 +85,8 @@ class FilesSender:
         with stop_when_full(f"weights {self.s.model} v{version}", self.base_uri, cleanup=lambda: self._remove(partial)):
             self.fs.makedirs(partial, exist_ok=True)
             for bucket, blob in zip(manifest, buckets):
-                self.fs.pipe_file(f"{partial}/{bucket.file}", blob)
+                with self.fs.open(f"{partial}/{bucket.file}", "wb") as f:  # any fsspec file takes a buffer
+                    f.write(blob)
             self.fs.pipe_file(f"{partial}/manifest.json", json.dumps([b.model_dump() for b in manifest]).encode())
         if self.fs.exists(final):  # the same version again, from a trainer resumed from its checkpoint
             self.fs.rm(final, recursive=True)

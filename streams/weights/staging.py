@@ -18,13 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-from undertow.kernel.models.weights import read_header
+from undertow.kernel.models.weights import Blob, read_header
 from undertow.schemas import Bucket, TensorMeta, WeightIntegrityError, WeightUpdate
 
 READ_BYTES = 8 << 20
 
 
-def describe(file: str, blob: bytes) -> Bucket:
+def describe(file: str, blob: Blob) -> Bucket:
     """A bucket's manifest entry, from its own header."""
     header, _ = read_header(blob)
     tensors = tuple(TensorMeta(name=n, dtype=d, shape=s) for n, (d, s) in header.items())
@@ -36,7 +36,7 @@ def bucket_file(index: int) -> str:
     return f"bucket-{index:04d}.safetensors"
 
 
-def manifest_of(buckets: list[bytes]) -> list[Bucket]:
+def manifest_of(buckets: list[Blob]) -> list[Bucket]:
     """Every bucket's entry, hashed on all cores (sha256 releases the GIL): a version's hashing is
     on the path from the trainer's publish to the workers' swap."""
     names = [bucket_file(i) for i in range(len(buckets))]

@@ -87,3 +87,25 @@ def test_init_from_loads_an_hf_export_over_the_built_model(tmp_path):
     trained.save_pretrained(tmp_path / "hf", safe_serialization=True)
     resumed = build_model(ModelSpec(init_from=str(tmp_path / "hf")))
     assert all(torch.equal(x, y) for x, y in zip(trained.state_dict().values(), resumed.state_dict().values()))
+
+
+def test_buckets_are_safetensors_that_safetensors_itself_reads(tmp_path):
+    """Our bucket writer (one copy per tensor) against the library's own reader, not against ours."""
+    from safetensors import safe_open
+    from safetensors.torch import load
+
+    from undertow.kernel.models.weights import SAFETENSORS_DTYPES, safetensors_blob
+
+    tensors = {name: (torch.randn(3, 5) * 10).to(getattr(torch, name)) for name in SAFETENSORS_DTYPES}
+    tensors |= {"empty": torch.zeros(0, 4), "scalar": torch.tensor(3.5), "strided": torch.arange(12.).reshape(3, 4).t()}
+    blob = safetensors_blob(tensors, {"format": "pt"})
+    read = load(bytes(blob))
+    assert sorted(read) == sorted(tensors)
+    for name, t in tensors.items():
+        assert read[name].dtype == t.dtype and read[name].shape == t.shape
+        assert torch.equal(read[name].reshape(-1).view(torch.uint8), t.reshape(-1).view(torch.uint8)), name
+    (tmp_path / "b.safetensors").write_bytes(blob)
+    with safe_open(str(tmp_path / "b.safetensors"), framework="pt") as f:
+        assert f.metadata() == {"format": "pt"}
+    with pytest.raises(ValueError, match="complex64"):
+        safetensors_blob({"z": torch.zeros(2, dtype=torch.complex64)})

@@ -345,7 +345,7 @@ def test_a_broadcast_bucket_not_the_announced_one_refuses_the_version_and_leaves
     update = announce_buckets("policy", 4, manifest_of(buckets), transport="broadcast",
                               rendezvous=f"127.0.0.1:{store.port}")
     sent = list(buckets)
-    sent[1] = sent[1][:-1] + bytes([sent[1][-1] ^ 1])  # one bit of the second bucket flipped on the way
+    sent[1] = bytes(sent[1][:-1]) + bytes([sent[1][-1] ^ 1])  # one bit of the second bucket flipped on the way
     trainer = broadcast_round(store, sent, 4, expected=1, timeout_s=1.0)
     with pytest.raises(WeightIntegrityError, match="bucket-0001.safetensors: sha256") as e:
         receive_broadcast(update, 3, str(tmp_path))
