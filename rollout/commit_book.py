@@ -40,9 +40,11 @@ class CommitBook:
         self._open.setdefault(partition, {})[offset] = _Entry()
 
     def finished(self, partition: Partition, offset: int, acks: Iterable[Any]) -> None:
-        """The task's outputs are sent; `acks` resolve when the brokers acknowledge them."""
-        entry = self._open[partition][offset]
-        entry.finished, entry.acks = True, list(acks)
+        """The task's outputs are sent; `acks` resolve when the brokers acknowledge them. A task of a
+        partition forgotten meanwhile is not in the book: its partition's tasks are read again."""
+        entry = self._open.get(partition, {}).get(offset)
+        if entry is not None:
+            entry.finished, entry.acks = True, list(acks)
 
     def committable(self) -> dict[Partition, int]:
         """Per partition whose settled prefix grew since the last commit: the offset after it."""
@@ -67,6 +69,10 @@ class CommitBook:
     def pending(self) -> int:
         """Tasks read and not yet committed."""
         return sum(len(entries) for entries in self._open.values())
+
+    def partitions(self) -> Iterable[Partition]:
+        """The partitions with tasks in the book."""
+        return self._open.keys()
 
     def forget(self, partitions: Iterable[Partition]) -> None:
         """Partitions this worker lost (a rebalance): another member reads their uncommitted tasks."""

@@ -21,7 +21,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from undertow.schemas import Task
-from undertow.streams import Delivery
+from undertow.streams import CommitRefused, Delivery
 
 from undertow.rollout.commit_book import CommitBook
 
@@ -141,8 +141,12 @@ class ContinuousLoop:
             self.w.producer.flush()
         offsets = self.book.committable()
         if offsets:
-            self.w.consumer.commit(offsets)  # flushes the producer first: a lost send raises here
-            self.book.committed(offsets)
+            try:
+                self.w.consumer.commit(offsets)  # flushes the producer first: a lost send raises here
+                self.book.committed(offsets)
+            except CommitRefused:  # the next poll rejoins and reads every task in the book again
+                self.w.refused_commit(self.book.pending())
+                self.book.forget(list(self.book.partitions()))
         self.last_commit = time.monotonic()
 
     def _metric(self, force: bool) -> None:

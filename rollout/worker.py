@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from undertow.kernel.models import fingerprint
 from undertow.schemas import MAX_RECORD_BYTES, Experience, MetricEvent, Task, encode
-from undertow.streams import Delivery, RecordConsumer, RecordProducer, RunContext
+from undertow.streams import CommitRefused, Delivery, RecordConsumer, RecordProducer, RunContext
 
 from undertow.rollout.admission import Admission
 from undertow.rollout.config import RolloutConfig, rollout_group
@@ -50,6 +50,7 @@ class WorkerStats:
     failed_tasks: int = 0
     weight_swaps: int = 0
     waits: int = 0
+    commits_refused: int = 0  # the group had moved the tasks on: they are read again
 
 
 class RolloutWorker:
@@ -179,8 +180,20 @@ class RolloutWorker:
             self._account(sent, time.time() - started, len(deliveries), generate_s=generated)
         # commit() flushes the producer first: every experience (and dead letter) of the batch is
         # acknowledged before the offsets move past its tasks.
-        self.consumer.commit(next_offsets(deliveries))
+        try:
+            self.consumer.commit(next_offsets(deliveries))
+        except CommitRefused:
+            self.refused_commit(len(deliveries))
+            return
         self.stats.tasks += len(deliveries)
+
+    def refused_commit(self, tasks: int) -> None:
+        """The group took this worker's partitions while it was away: their tasks are generated again by
+        whoever reads them next (this worker, once its next poll rejoins); the experiences' ids repeat,
+        so the copies already published are dropped downstream. Nothing is lost, nothing crashes."""
+        self.stats.commits_refused += 1
+        log.warning("%s: the group moved this worker's tasks on before it committed %d of them (a broker outage, "
+                    "or no poll in time): they will be read and generated again", self.name, tasks)
 
     def _generate(self, tasks: list[Task]) -> list[Outcome]:
         """The workflow over a batch, on a thread of its own, while this one keeps the consumer a live

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Iterable, Iterator, Literal, Mapping, TypeVar
 
 from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
+from kafka.errors import CommitFailedError
 
 from undertow.schemas import DecodeError, Record, decode, record_types
 from undertow.streams.admin import topic_partitions
@@ -20,6 +21,12 @@ Offsets = dict[Partition, int]
 # Where `assign` starts each partition: its first record, its end (only what comes next), the
 # group's committed offset (else the first record), or explicit offsets (the others: committed).
 Start = Literal["earliest", "latest", "committed"] | Mapping[Partition, int]
+
+
+class CommitRefused(Exception):
+    """The group took this member for dead (a broker outage longer than its session, a loop that did
+    not poll in time) and moved its partitions: nothing was committed, the next poll rejoins, and
+    whoever holds those partitions now reads their records again."""
 
 
 @dataclass
@@ -153,14 +160,16 @@ class RecordConsumer(Generic[R]):
             yield from self.poll()
 
     def commit(self, offsets: Mapping[Partition, int] | None = None) -> None:
-        """Commit `offsets` (next offset to read, per (topic, partition)) or the current positions."""
+        """Commit `offsets` (next offset to read, per (topic, partition)) or the current positions. Raises
+        CommitRefused when the group had already taken this member for dead and moved its partitions."""
         if self._producer is not None:
             self._producer.flush()
-        if offsets is None:
-            outlast(self._settings, "a commit", self._consumer.commit)
-        else:
-            outlast(self._settings, "a commit", self._consumer.commit,
-                    {TopicPartition(*p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()})
+        commit = {TopicPartition(*p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()} \
+            if offsets is not None else None
+        try:
+            outlast(self._settings, "a commit", self._consumer.commit, *([commit] if commit is not None else []))
+        except CommitFailedError as e:
+            raise CommitRefused(str(e)) from None
 
     def close(self) -> None:
         self._consumer.close()

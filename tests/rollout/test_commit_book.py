@@ -73,3 +73,17 @@ def test_a_lost_partition_leaves_the_book():
     book.forget([P0])
     book.finished(P1, 1, [])
     assert book.committable() == {P1: 2} and book.pending() == 1
+
+
+def test_a_task_finishing_after_its_partition_was_forgotten_is_not_booked():
+    """A refused commit forgets the book; a task in flight then finishes: it leaves no entry, and the
+    same offset read again (the partition's tasks come again) waits for its own finish."""
+    book = CommitBook()
+    book.read(P0, 5)
+    book.forget(list(book.partitions()))
+    book.finished(P0, 5, [Ack(True)])
+    assert book.pending() == 0 and book.committable() == {}
+    book.read(P0, 5)
+    assert book.committable() == {}
+    book.finished(P0, 5, [Ack(True)])
+    assert book.committable() == {P0: 6}

@@ -231,3 +231,42 @@ def test_a_batch_longer_than_the_poll_interval_keeps_its_group_membership(kafka,
                    for p in reader.partitions_for_topic(topics.tasks)) == 2
     finally:
         reader.close()
+
+
+def test_a_worker_the_group_took_for_dead_generates_its_tasks_again_and_does_not_crash(kafka, namespace, config_path,
+                                                                                      monkeypatch):
+    """A main loop that does not poll past max.poll.interval (here: stalled once; in a long broker outage
+    the member's session ends alike): the group moves its partitions and refuses its commit. The worker
+    goes on: its next poll rejoins, it reads the same tasks again and commits them; their experiences
+    repeat with the same ids (dropped downstream), and none is missing."""
+    import functools
+    import time
+
+    from undertow.streams import RecordConsumer
+
+    monkeypatch.setattr("undertow.rollout.worker.RecordConsumer", functools.partial(RecordConsumer,
+                                                                                   max_poll_interval_ms=3_000))
+    real, stalled = RolloutWorker._generate, []
+
+    def stalled_once(self, tasks):
+        if not stalled:
+            stalled.append(len(tasks))
+            time.sleep(6)  # no poll: the group drops this member after 3 s
+        return real(self, tasks)
+
+    monkeypatch.setattr(RolloutWorker, "_generate", stalled_once)
+    config, context = load_run(config_path(rollout={**ROLLOUT, "batch_tasks": 2}), kafka)
+    topics = Topics(namespace)
+    with RecordProducer(kafka) as producer:
+        for i in range(2):
+            producer.send(topics.tasks, Task(task_id=f"d{i}", prompt="1+1?", answer="2", group_size=2), key="d")
+    stats = RolloutWorker(config.rollout, context, "w0").run(max_tasks=2)
+    assert stalled == [2] and stats.commits_refused == 1 and stats.tasks == 2
+    ids = [e.experience_id for e in read_all(kafka, topics.raw, Experience)]
+    assert sorted(set(ids)) == ["d0/0", "d0/1", "d1/0", "d1/1"] and len(ids) == 8  # each generated twice
+    reader = KafkaConsumer(**kafka.kafka_python(), group_id=rollout_group(namespace), enable_auto_commit=False)
+    try:
+        assert sum(reader.committed(TopicPartition(topics.tasks, p)) or 0
+                   for p in reader.partitions_for_topic(topics.tasks)) == 2
+    finally:
+        reader.close()
