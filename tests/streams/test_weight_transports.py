@@ -60,7 +60,9 @@ def test_a_files_version_round_trips_into_an_engine_bucket_by_bucket(tmp_path):
     assert weights_of(engine) != weights_to_bytes(build_model(ModelSpec(seed=7)))
     staged.load_into(engine)
     assert weights_of(engine) == weights_to_bytes(build_model(ModelSpec(seed=7)))
-    assert not staged.directory.exists()  # the staging copy goes once loaded
+    assert not staged.directory.exists()  # the staging copy goes once loaded: at once under its name,
+    wait_for(lambda: list(staged.directory.parent.glob(staged.directory.name + "*")) == [],  # then whole
+             what="the staged files removed")
 
 
 def test_versions_are_renamed_into_place_and_old_ones_collected(tmp_path):
