@@ -164,10 +164,9 @@ class RecordConsumer(Generic[R]):
         CommitRefused when the group had already taken this member for dead and moved its partitions."""
         if self._producer is not None:
             self._producer.flush()
-        commit = {TopicPartition(*p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()} \
-            if offsets is not None else None
+        args = () if offsets is None else ({TopicPartition(*p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()},)
         try:
-            outlast(self._settings, "a commit", self._consumer.commit, *([commit] if commit is not None else []))
+            outlast(self._settings, "a commit", self._consumer.commit, *args)
         except CommitFailedError as e:
             raise CommitRefused(str(e)) from None
 

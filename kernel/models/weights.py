@@ -7,7 +7,7 @@ leaves the model as it was.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,20 +43,15 @@ def to_buckets(tensors: Mapping[str, "torch.Tensor"], bucket_bytes: int,
                metadata: dict[str, str] | None = None) -> list[Blob]:
     """Safetensors blobs of at most `bucket_bytes` of tensor data each, in the tensors' order (a
     tensor larger than that is a bucket of its own); each carries `metadata`."""
-    return list(iter_buckets(tensors, bucket_bytes, metadata))
-
-
-def iter_buckets(tensors: Mapping[str, "torch.Tensor"], bucket_bytes: int,
-                 metadata: dict[str, str] | None = None) -> Iterator[Blob]:
-    """`to_buckets`, one bucket at a time (a caller can hash one while the next is copied)."""
-    current, size = {}, 0
+    groups: list[dict[str, "torch.Tensor"]] = [{}]
+    size = 0
     for name, t in tensors.items():
         nbytes = t.numel() * t.element_size()
-        if current and size + nbytes > bucket_bytes:
-            yield safetensors_blob(current, metadata)
-            current, size = {}, 0
-        current[name], size = t, size + nbytes
-    yield safetensors_blob(current, metadata)
+        if groups[-1] and size + nbytes > bucket_bytes:
+            groups.append({})
+            size = 0
+        groups[-1][name], size = t, size + nbytes
+    return [safetensors_blob(group, metadata) for group in groups]
 
 
 # safetensors' names for the dtypes (its format's spec); a dtype not here is refused with its name.

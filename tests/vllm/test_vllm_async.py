@@ -70,6 +70,10 @@ def test_a_sequence_spans_a_swap_with_each_tokens_logprob_from_its_own_weights(
 
     other = {"source": "hf", "path": str(save_tiny_llama(tmp_path / "other", seed=3))}
     blob = weights_to_bytes(build_model(ModelSpec(**other)))
+    paths = []  # written before generating: the swap must come while the samples are still running
+    for i, bucket in enumerate(to_buckets(load_tensors(blob), 64 << 10)):
+        paths.append(tmp_path / f"bucket-{i}.safetensors")
+        paths[-1].write_bytes(bucket)
     prompt = prompts_of(async_engine, "Tell me a long story")[0]
     before = async_engine.tokens_generated
     future = async_engine.submit(prompt, 6, SamplingParams(max_new_tokens=400))
@@ -77,10 +81,6 @@ def test_a_sequence_spans_a_swap_with_each_tokens_logprob_from_its_own_weights(
     if load == "blob":
         swapper = threading.Thread(target=lambda: async_engine.load_weights(blob, version=7))
     else:
-        paths = []
-        for i, bucket in enumerate(to_buckets(load_tensors(blob), 64 << 10)):
-            paths.append(tmp_path / f"bucket-{i}.safetensors")
-            paths[-1].write_bytes(bucket)
         swapper = threading.Thread(target=lambda: async_engine.load_weight_files(paths, version=7))
     swapper.start()
     swapper.join(timeout=60)
