@@ -72,31 +72,45 @@ def processed_by(kafka, topics: Topics) -> Counter[str]:
     return seen
 
 
+@pytest.mark.timeout(900)  # the waits below, were each to run out
 def test_processor_workers_join_and_leave_a_running_group(kafka, namespace, tmp_path, capsys):
     topics, app_id = Topics(namespace), f"proc-{namespace}"
     config = write_config(tmp_path / "run.yaml", namespace, processors={
         "pipeline": PIPELINE, "app_id": app_id, "metrics_every_s": 1.0, "group_timeout_s": 120})
 
+    seen: list[list[set[int]]] = [[]]
+
     def split(n: int):
         """True once n members hold the raw partitions between them, each at least one."""
         def check() -> bool:
-            held = raw_assignment(kafka, app_id, topics.raw)
+            held = seen[0] = raw_assignment(kafka, app_id, topics.raw)
             return len(held) == n and all(held) and set().union(*held) == set(range(PARTITIONS))
         return check
+
+    def settled(n: int, seconds: float, what: str) -> None:
+        """wait_for(split(n)), failing with what the group and each worker looked like."""
+        try:
+            wait_for(split(n), seconds, what, every=0.5)
+        except AssertionError as e:
+            logs = {name: (proc.poll(), (tmp_path / f"{name}.log").read_text()[-1500:]) for name, proc in workers.items()}
+            raise AssertionError(f"{e}; raw partitions held per member (when Stable): {seen[0]}; "
+                                 f"workers (exit code, log tail): {logs}") from None
 
     workers = {"p1": start(config, "p1", tmp_path)}
     publisher = Publisher(kafka, topics.raw)
     try:
-        wait_for(split(1), 150, "p1 to hold every raw partition", every=0.5)
-        # p2 and p3 join the running group: the rebalance hands each some of p1's partitions.
+        settled(1, 150, "p1 to hold every raw partition")
+        # p2 and p3 join the running group: the rebalance hands each some of p1's partitions. Under the
+        # suite's load a member busy processing may take up to Faust's rebalance timeout (60 s) to
+        # rejoin, once per rebalance.
         workers |= {n: start(config, n, tmp_path) for n in ("p2", "p3")}
-        wait_for(split(3), 150, "three workers to share the raw partitions", every=0.5)
+        settled(3, 300, "three workers to share the raw partitions")
         wait_for(lambda: all(processed_by(kafka, topics)[n] > 0 for n in workers), 30, "every worker to process")
         workers["p1"].send_signal(signal.SIGTERM)  # leaves the group at once: its partitions go to p2 and p3
         assert workers["p1"].wait(60) == 0
-        wait_for(split(2), 30, "p2 and p3 to take p1's partitions", every=0.5)
+        settled(2, 60, "p2 and p3 to take p1's partitions")
         workers["p2"].kill()  # no goodbye: the broker notices after the 10 s session timeout
-        wait_for(split(1), 60, "p3 to take every partition", every=0.5)
+        settled(1, 90, "p3 to take every partition")
         before = processed_by(kafka, topics)["p3"]
         wait_for(lambda: processed_by(kafka, topics)["p3"] > before + 50, 30, "p3 to process what p2 left")
         sent = set(publisher.finish())
