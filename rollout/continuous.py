@@ -146,6 +146,7 @@ class ContinuousLoop:
                 self.book.committed(offsets)
             except CommitRefused:  # the next poll rejoins and reads every task in the book again
                 self.w.refused_commit(self.book.pending())
+                self.admitted -= self.book.pending()  # they are admitted again when they come back
                 self.book.forget(list(self.book.partitions()))
         self.last_commit = time.monotonic()
 

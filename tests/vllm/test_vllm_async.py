@@ -236,6 +236,56 @@ def test_a_continuous_worker_killed_mid_stream_loses_nothing_and_repeats_nothing
     print(f"{len(spanning)} samples spanned the swap; committed at the kill {at_kill}; {len(again)} groups published again; restarted worker {stats}")
 
 
+@pytest.mark.broker
+def test_a_continuous_worker_whose_commit_the_group_refuses_reads_its_tasks_again(
+        async_engine, spec, kafka, namespace, tmp_path, monkeypatch):
+    """The continuous loop stalls once past max.poll.interval (3 s here; a long broker outage ends the
+    member's session alike): the group moves its partitions and refuses the commit. The worker forgets
+    its commit book, rejoins at its next poll, reads those tasks again and commits every one; no group
+    is lost, none missing, and it does not crash."""
+    import functools
+    from collections import Counter
+
+    import undertow.rollout.worker as rollout_worker
+    from undertow.rollout.config import rollout_group
+    from undertow.rollout.continuous import ContinuousLoop
+    from undertow.rollout.worker import RolloutWorker
+    from undertow.streams import RecordConsumer
+
+    tasks = 24
+    rollout = {"engine": {"name": "vllm_async", "max_model_len": 512, "seed": 0, "max_inflight": 64},
+               "sampling": {"max_new_tokens": 64}, "reward": "numeric_match", "max_staleness": 1, "max_inflight": 8}
+    path = write_config(tmp_path / "run.yaml", namespace, model=fields(spec), rollout=rollout)
+    topics = Topics(namespace)
+    with RecordProducer(kafka) as producer:
+        for i in range(tasks):
+            producer.send(topics.tasks, Task(task_id=f"r{i}", prompt=f"What is {i}+1?", answer=str(i + 1),
+                                             group_size=GROUP), key=f"r{i}")
+    monkeypatch.setattr(rollout_worker, "build_engine", lambda entry, model: async_engine)
+    monkeypatch.setattr(rollout_worker, "RecordConsumer", functools.partial(RecordConsumer, max_poll_interval_ms=3_000))
+    real, stalled = ContinuousLoop._commit, []
+
+    def stalled_once(self, force):
+        if not stalled and self.book.committable():
+            stalled.append(self.book.pending())
+            time.sleep(6)  # no poll: the group drops this member after 3 s
+        return real(self, force)
+
+    monkeypatch.setattr(ContinuousLoop, "_commit", stalled_once)
+    config, context = load_run(path, kafka)
+    worker = RolloutWorker(config.rollout, context, "w-refused")
+    assert worker.continuous
+    stats = worker.run(max_tasks=tasks, idle_timeout=30)
+    assert stalled and stats.commits_refused >= 1, stats
+    published = Counter(e.experience_id for e in read_all(kafka, topics.raw, Experience))
+    expected = {f"r{i}/{j}" for i in range(tasks) for j in range(GROUP)}
+    assert set(published) == expected, f"lost: {sorted(expected - set(published))[:5]}"
+    assert max(published.values()) > 1  # the refused tasks were generated again
+    assert sum(committed_offsets(kafka, topics, rollout_group(namespace)).values()) == tasks
+    print(f"refused commit with {stalled[0]} tasks in the book; {sum(n > 1 for n in published.values())} "
+          f"experiences published twice; {stats}")
+
+
 def test_the_endpoint_submits_each_request_at_once_and_an_answer_counts_its_oldest_version(async_engine, original):
     """`undertow serve` on the continuous engine (rollout/serve/batcher.py's submit path): six agents
     asking at once through the real `openai` client go into the engine as they come (six submits, no
