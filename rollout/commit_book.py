@@ -70,11 +70,8 @@ class CommitBook:
         """Tasks read and not yet committed."""
         return sum(len(entries) for entries in self._open.values())
 
-    def partitions(self) -> Iterable[Partition]:
-        """The partitions with tasks in the book."""
-        return self._open.keys()
-
-    def forget(self, partitions: Iterable[Partition]) -> None:
-        """Partitions this worker lost (a rebalance): another member reads their uncommitted tasks."""
-        for partition in partitions:
+    def forget(self, partitions: Iterable[Partition] | None = None) -> None:
+        """Partitions this worker lost (a rebalance; None: all of them): whoever holds them next reads
+        their uncommitted tasks again."""
+        for partition in list(self._open) if partitions is None else partitions:
             self._open.pop(partition, None)

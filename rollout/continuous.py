@@ -145,9 +145,10 @@ class ContinuousLoop:
                 self.w.consumer.commit(offsets)  # flushes the producer first: a lost send raises here
                 self.book.committed(offsets)
             except CommitRefused:  # the next poll rejoins and reads every task in the book again
-                self.w.refused_commit(self.book.pending())
-                self.admitted -= self.book.pending()  # they are admitted again when they come back
-                self.book.forget(list(self.book.partitions()))
+                again = self.book.pending()
+                self.w.refused_commit(again)
+                self.admitted -= again  # admitted again when they come back
+                self.book.forget()
         self.last_commit = time.monotonic()
 
     def _metric(self, force: bool) -> None:

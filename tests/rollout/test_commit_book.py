@@ -80,7 +80,7 @@ def test_a_task_finishing_after_its_partition_was_forgotten_is_not_booked():
     same offset read again (the partition's tasks come again) waits for its own finish."""
     book = CommitBook()
     book.read(P0, 5)
-    book.forget(list(book.partitions()))
+    book.forget()
     book.finished(P0, 5, [Ack(True)])
     assert book.pending() == 0 and book.committable() == {}
     book.read(P0, 5)

@@ -225,12 +225,7 @@ def test_a_batch_longer_than_the_poll_interval_keeps_its_group_membership(kafka,
             producer.send(topics.tasks, Task(task_id=f"s{i}", prompt="1+1?", answer="2", group_size=2), key="s")
     assert RolloutWorker(config.rollout, context, "w0").run(max_tasks=2).tasks == 2
     assert sorted(e.experience_id for e in read_all(kafka, topics.raw, Experience)) == ["s0/0", "s0/1", "s1/0", "s1/1"]
-    reader = KafkaConsumer(**kafka.kafka_python(), group_id=rollout_group(namespace), enable_auto_commit=False)
-    try:
-        assert sum(reader.committed(TopicPartition(topics.tasks, p)) or 0
-                   for p in reader.partitions_for_topic(topics.tasks)) == 2
-    finally:
-        reader.close()
+    assert committed(kafka, topics, rollout_group(namespace)) == 2
 
 
 def test_a_worker_the_group_took_for_dead_generates_its_tasks_again_and_does_not_crash(kafka, namespace, config_path,
@@ -264,9 +259,4 @@ def test_a_worker_the_group_took_for_dead_generates_its_tasks_again_and_does_not
     assert stalled == [2] and stats.commits_refused == 1 and stats.tasks == 2
     ids = [e.experience_id for e in read_all(kafka, topics.raw, Experience)]
     assert sorted(set(ids)) == ["d0/0", "d0/1", "d1/0", "d1/1"] and len(ids) == 8  # each generated twice
-    reader = KafkaConsumer(**kafka.kafka_python(), group_id=rollout_group(namespace), enable_auto_commit=False)
-    try:
-        assert sum(reader.committed(TopicPartition(topics.tasks, p)) or 0
-                   for p in reader.partitions_for_topic(topics.tasks)) == 2
-    finally:
-        reader.close()
+    assert committed(kafka, topics, rollout_group(namespace)) == 2
