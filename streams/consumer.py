@@ -168,7 +168,17 @@ class RecordConsumer(Generic[R]):
         try:
             outlast(self._settings, "a commit", self._consumer.commit, *args)
         except CommitFailedError as e:
+            self._rewind_to_committed()
             raise CommitRefused(str(e)) from None
+
+    def _rewind_to_committed(self) -> None:
+        """After a refused commit, read again from the group's committed offsets: kafka-python keeps the
+        position of a partition it is assigned again at the rejoin, which would skip what this member
+        had read and not committed."""
+        parts = list(self._consumer.assignment())
+        first = _keyed(self._consumer.beginning_offsets(parts)) if parts else {}
+        for partition, offset in first.items():
+            self._consumer.seek(TopicPartition(*partition), self._committed(partition, otherwise=offset))
 
     def close(self) -> None:
         self._consumer.close()
