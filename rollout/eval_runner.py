@@ -49,6 +49,9 @@ def follow(cfg: EvalConfig, rollout: RolloutConfig, run: RunContext, stop: threa
         while True:
             subscriber.check()  # scores of a model that reads its prompts otherwise would mislead
             stopping = stop.is_set()
+            if stopping and not subscriber.settle(CATCH_UP_S):
+                log.warning("eval: the weights topic was not read to its end in %.0f s; scoring v%d as the last",
+                            CATCH_UP_S, held)
             ready = subscriber.take()
             if ready is not None and subscriber.load(ready, evaluator.engine) is not None:
                 held = ready.version

@@ -48,6 +48,7 @@ class WeightSubscriber(threading.Thread):
         self._end = self.consumer.end_offsets()  # what was published before we started
         self.caught_up = threading.Event()
         self._lock = threading.Lock()
+        self._settling: list[tuple[threading.Event, dict]] = []  # settle()'s callers, with the end to reach
         self._ready: Ready | None = None
         self.receiving = Receiving(model, staging_dir, self.caught_up, join_broadcast, broadcast_timeout_s)
         self.receivers: dict[str, Receiver] = {}  # by transport, built at its first update: some keep state
@@ -65,8 +66,29 @@ class WeightSubscriber(threading.Thread):
                     self._handle(update)
                 if not self.caught_up.is_set() and self.consumer.reached(self._end):
                     self.caught_up.set()
+                self._answer_settling()
         finally:
             self.consumer.close()
+
+    def settle(self, timeout: float) -> bool:
+        """Wait until every announcement on the topic when called has been read and brought in (its
+        version is `take()`-able): a stopping evaluator scores the last version the trainer published
+        before the stop, not the one its thread had happened to read by then. False after `timeout`."""
+        settled = threading.Event()
+        with self._lock:
+            self._settling.append((settled, {}))
+        return settled.wait(timeout)
+
+    def _answer_settling(self) -> None:
+        with self._lock:
+            waiting = list(self._settling)
+        for settled, end in waiting:
+            if not end:  # the consumer is this thread's alone: the end is read here, after the call
+                end.update(self.consumer.end_offsets())
+            if self.consumer.reached(end):
+                settled.set()
+                with self._lock:
+                    self._settling.remove((settled, end))
 
     def check(self) -> None:
         """Raise TokenizerMismatch once the trainer announced weights for a tokenizer not the engine's:

@@ -90,19 +90,52 @@ def load_run(path: Path, kafka: KafkaSettings | None = None) -> tuple[Any, RunCo
 
 # -- waiting and processes ---------------------------------------------------------------------
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "condition",
-             proc: subprocess.Popen | None = None, every: float = 0.2) -> Any:
-    """The first truthy value of `predicate()`; fails on timeout, or at once when `proc` has exited."""
+def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = "", *, proc: subprocess.Popen | None = None,
+             state: Callable[[], Any] | None = None, every: float = 0.2) -> Any:
+    """The first truthy value of `predicate()`. A wait ends on a condition, never after a duration; when
+    `timeout` s pass first, or `proc` exits, it fails saying `what` it waited for (every call names it:
+    tests/test_suite_rules.py), the predicate's last value, and `state()`: what the system held at that
+    moment (group members, offsets, a log's tail)."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"process exited ({proc.returncode}) before {what}:\n{proc.communicate()[0][-5000:]}")
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+        exited = proc is not None and proc.poll() is not None
+        if exited or time.monotonic() >= deadline:
+            why = f"process exited ({proc.returncode})" if exited else f"timed out after {timeout:.0f} s"
+            held = f"\nthe system held: {describe(state)}" if state is not None else ""
+            output = f"\nits output:\n{proc.communicate()[0][-5000:]}" if exited and proc.stdout else ""
+            raise AssertionError(f"{why} waiting for {what}; last value {value!r:.500}{held}{output}")
         time.sleep(every)
+
+
+def take(consumer: Any, want: int, timeout: float = 60.0, what: str = "", *,
+         proc: subprocess.Popen | None = None) -> list:
+    """The next `want` (or more) deliveries of a RecordConsumer, polled as they come; fails naming
+    `what` it waited for and how many had arrived."""
+    got: list = []
+    wait_for(lambda: got.extend(consumer.poll(timeout_ms=500)) or len(got) >= want, timeout,
+             what or f"{want} records", proc=proc, state=lambda: f"{len(got)} of {want} arrived", every=0)
+    return got
+
+
+def holds_for(predicate: Callable[[], Any], seconds: float, what: str, every: float = 0.1) -> None:
+    """Assert that `predicate()` stays true for `seconds`: the one honest use of a duration in a test,
+    checking that something does not happen (a paused feeder publishes nothing more)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert predicate(), f"{what} stopped holding after {seconds - (deadline - time.monotonic()):.1f} s"
+        time.sleep(every)
+    assert predicate(), f"{what} stopped holding at {seconds:.1f} s"
+
+
+def describe(state: Callable[[], Any]) -> str:
+    """`state()` for a failure message; a probe that fails itself says how, instead of hiding the timeout."""
+    try:
+        return str(state())[-5000:]
+    except Exception as e:  # noqa: BLE001 - the timeout is the failure to report, not the probe's
+        return f"(could not be read: {type(e).__name__}: {e})"
 
 
 def env(**extra: str) -> dict[str, str]:

@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from undertow.infra.report.metrics_log import read_metrics
+from tests.helpers import wait_for
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -70,3 +73,18 @@ def wait_run(proc: subprocess.Popen, runs: Path, timeout: float, code: int = 0) 
         pytest.fail(f"undertow run did not finish in {timeout:.0f} s\n{out[-3000:]}\n{component_logs(runs)}")
     assert proc.returncode == code, f"{out[-3000:]}\n{component_logs(runs)}"
     return out
+
+
+def trained_to(runs: Path, step: int) -> Path | None:
+    """The run directory under `runs` once its trainer has reported `step` (any stage), else None."""
+    for run_dir in runs.glob("*"):
+        if any(r["component"] == "trainer" and r.get("version", 0) >= step for r in read_metrics(run_dir / "metrics.jsonl")):
+            return run_dir
+    return None
+
+
+def wait_for_step(proc: subprocess.Popen, runs: Path, step: int, timeout: float = 300) -> Path:
+    """The run directory once the run's trainer has reported `step`; fails with the run's output if it
+    exits first, or with every component's log if `timeout` s pass."""
+    return wait_for(lambda: trained_to(runs, step), timeout, f"the trainer to reach step {step}", proc=proc,
+                    state=lambda: component_logs(runs), every=0.5)

@@ -6,6 +6,7 @@ collect one that does not.)"""
 from __future__ import annotations
 
 import ast
+import functools
 import tomllib
 from pathlib import Path
 
@@ -62,3 +63,91 @@ def test_the_rule_sees_a_long_wait_and_a_raised_limit():
               "@pytest.mark.timeout(1200)\n"
               "def test_b(): wait_run(p, r, timeout=900)\n")
     assert long_waits(source, 600) == ["test_a:2 timeout=900 (limit 600 s)"]
+
+
+# -- waits end on conditions -------------------------------------------------------------------
+
+def calls_named(node: ast.AST, name: str) -> bool:
+    return isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == name
+
+
+def own_nodes(func: ast.AST):
+    """The nodes of `func`'s body, not those of functions or lambdas defined inside it (they run elsewhere)."""
+    todo = list(ast.iter_child_nodes(func))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            continue
+        yield node
+        todo.extend(ast.iter_child_nodes(node))
+
+
+def loop_lines(func: ast.AST) -> set[int]:
+    """Every line inside a `while` or `for` loop of `func`: a sleep there paces a condition loop."""
+    return {n.lineno for loop in own_nodes(func) if isinstance(loop, (ast.While, ast.For))
+            for n in ast.walk(loop) if hasattr(n, "lineno")}
+
+
+@functools.lru_cache(maxsize=None)
+def functions(source: str) -> list[ast.FunctionDef]:
+    """Every function of a module's source, nested ones included (parsed once for all the rules)."""
+    return [n for n in ast.walk(ast.parse(source)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def sleeps_then_asserts(source: str) -> list[str]:
+    """A `time.sleep` outside any loop with an `assert` after it in the same function: the assertion bets
+    that the system got somewhere within a duration. Wait for the condition (helpers.wait_for), or, to
+    show that something does not happen, check it throughout the window (helpers.holds_for)."""
+    found = []
+    for func in functions(source):
+        in_loop = loop_lines(func)
+        nodes = list(own_nodes(func))
+        asserts = [n.lineno for n in nodes if isinstance(n, ast.Assert)]
+        for node in nodes:
+            if calls_named(node, "sleep") and node.lineno not in in_loop and any(a > node.lineno for a in asserts):
+                found.append(f"{func.name}:{node.lineno}")
+    return sorted(found)
+
+
+def silent_waits(source: str) -> list[str]:
+    """Waits that would fail without saying what they waited for: a `wait_for` call that names no
+    `what`, and a hand-made deadline loop (`while … time.monotonic() …`), which says nothing when it
+    expires unless the code after it does; helpers.wait_for is the one loop that always does."""
+    found = []
+    for func in functions(source):
+        for node in own_nodes(func):
+            if calls_named(node, "wait_for") and not ast.unparse(node.func).startswith("asyncio") \
+                    and len(node.args) < 3 and "what" not in {k.arg for k in node.keywords}:
+                found.append(f"{func.name}:{node.lineno} wait_for without `what`")
+            if isinstance(node, ast.While) and any(calls_named(n, "monotonic") or getattr(n, "id", "") == "deadline"
+                                                   for n in ast.walk(node.test)):
+                found.append(f"{func.name}:{node.lineno} a deadline loop of its own")
+    return sorted(found)
+
+
+def rule_breaks(rule) -> dict[str, list[str]]:
+    helpers = {ROOT / "tests" / "helpers.py", Path(__file__).resolve()}  # the loops the rules point to
+    return {str(p.relative_to(ROOT)): found for p in sorted((ROOT / "tests").rglob("*.py"))
+            if p not in helpers and (found := rule(p.read_text()))}
+
+
+def test_no_assertion_bets_on_a_sleep():
+    found = rule_breaks(sleeps_then_asserts)
+    assert not found, f"sleeps followed by assertions (wait for the condition instead): {found}"
+
+
+def test_every_wait_says_what_it_waited_for():
+    found = rule_breaks(silent_waits)
+    assert not found, f"waits that fail without a message (use tests.helpers.wait_for(..., what=...)): {found}"
+
+
+def test_the_wait_rules_see_a_bet_and_a_silent_wait():
+    source = ("import time\n"
+              "def test_a(p):\n    p.start()\n    time.sleep(2)\n    assert p.done\n"
+              "def test_b(p):\n    while not p.done:\n        time.sleep(0.1)\n    assert p.ok\n"
+              "def test_c(p):\n    def later():\n        time.sleep(1)\n    assert p.ok\n"
+              "def test_d(p):\n    wait_for(lambda: p.done, 30)\n    wait_for(lambda: p.done, 30, 'p done')\n"
+              "    deadline = time.monotonic() + 30\n    while not p.done and time.monotonic() < deadline:\n"
+              "        pass\n")
+    assert sleeps_then_asserts(source) == ["test_a:4"]
+    assert silent_waits(source) == ["test_d:15 wait_for without `what`", "test_d:18 a deadline loop of its own"]

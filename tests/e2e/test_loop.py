@@ -10,14 +10,13 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
 from undertow.infra.report.metrics_log import read_metrics
-from tests.run_output import demo_config, only_run_dir, undertow_run, wait_run
+from tests.run_output import demo_config, only_run_dir, undertow_run, wait_for_step, wait_run
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,12 +99,7 @@ def test_ctrl_c_checkpoints_and_resume_continues(tmp_path):
     config = demo_config(tmp_path, stages=[], steps=40)
     runs = tmp_path / "runs"
     proc = undertow_run(str(config), "--runs-dir", str(runs))
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        dirs = list(runs.iterdir()) if runs.exists() else []
-        if dirs and any(r.get("version", 0) >= 8 for r in trainer_rows(dirs[0], "main")):
-            break
-        time.sleep(1)
+    wait_for_step(proc, runs, 8)
     proc.send_signal(signal.SIGINT)
     out = wait_run(proc, runs, timeout=240, code=130)
     run_dir = only_run_dir(runs)

@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -28,7 +27,7 @@ from undertow.rollout.feeder import item_key
 from undertow.schemas import WeightUpdate
 from undertow.streams import KafkaSettings, Topics
 from tests.helpers import read_all
-from tests.run_output import stop_run, undertow_run, wait_run
+from tests.run_output import stop_run, undertow_run, wait_for_step, wait_run
 
 pytestmark = [pytest.mark.broker, pytest.mark.cluster, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,11 +64,11 @@ def test_the_loop_survives_a_sigkill_of_each_part_in_turn(cluster, demo_warm_sta
     proc = start_run(cfg, tmp_path, cluster)
     try:
         for part, step in FAULTS:
-            run_dir = wait_for_step(proc, runs, step)
+            run_dir = wait_for_step(proc, runs, step, timeout=600)
             print(f"step {step}: SIGKILL {part}", flush=True)
             if part == "broker":
                 cluster.stop_node(2, kill=True)
-                wait_for_step(proc, runs, step + 10)
+                wait_for_step(proc, runs, step + 10, timeout=600)
                 cluster.start_node(2)
             else:
                 pid = int((run_dir / "logs" / "0-main" / f"{part}.pid").read_text())
@@ -138,19 +137,6 @@ def start_run(cfg: dict, tmp: Path, cluster: LocalKafka) -> subprocess.Popen:
     path = tmp / "config.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return undertow_run(str(path), "--runs-dir", str(tmp / "runs"), env={"UNDERTOW_BOOTSTRAP": cluster.bootstrap_servers})
-
-
-def wait_for_step(proc: subprocess.Popen, runs: Path, step: int, timeout: float = 600) -> Path:
-    """The run directory, once the trainer has reported `step`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stdout.read()[-4000:]
-        for run_dir in runs.glob("*"):
-            if any(r["component"] == "trainer" and r.get("version", 0) >= step
-                   for r in read_metrics(run_dir / "metrics.jsonl")):
-                return run_dir
-        time.sleep(0.5)
-    raise TimeoutError(f"the trainer did not reach step {step}")
 
 
 def mean(values: list[float]) -> float:

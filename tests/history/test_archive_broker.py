@@ -58,8 +58,9 @@ def test_archive_survives_kill_and_history_replays(kafka, namespace, tmp_path: P
     two_file = [f for f in store.files("experiences.ready") if f.count == 2]
     assert two_file, "the pair shares g-0's partition: that range has two kinds, two files"
     store.fs.delete_file(max(two_file, key=lambda f: f.index).path)
+    # Record timestamps are whole milliseconds: from `mid` on, floored to one, is the second batch.
     mid = dt.datetime.now(dt.timezone.utc)
-    time.sleep(0.05)
+    mid = mid.replace(microsecond=mid.microsecond // 1000 * 1000)
     produce(kafka, topics.ready, second + [pair(1)], key_of=lambda r: getattr(r, "group_id", "g-0"))
     done = cli("archive", str(config), "--idle-timeout", "3")
     assert "archived" in done.stdout

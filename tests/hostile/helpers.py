@@ -12,6 +12,7 @@ from kafka import KafkaConsumer, TopicPartition
 
 from undertow.schemas import DecodeError, Experience, Record, Rejected, decode, encode
 from undertow.streams import KafkaSettings, RecordProducer, Topics, create_topics
+from tests.helpers import wait_for
 
 if TYPE_CHECKING:  # torch comes with the trainer: imported only by the tests that use it
     from undertow.trainer.ready_intake import ReadyIntake
@@ -101,19 +102,24 @@ def trainer_intake(kafka: KafkaSettings, topics: Topics, producer: RecordProduce
                 trained_ids=list(trained_ids), tokenizer=tokenizer)
 
 
-def train_ids(feed: ReadyIntake, version: int = 0, idle_s: float = 4.0) -> list[str]:
-    """Drive the feed as the trainer's loop does (fill, take a batch, "train", commit) until no data
-    came for `idle_s`; returns the ids of every record trained on, in order, repeats included."""
+def train_ids(feed: ReadyIntake, version: int = 0, timeout: float = 120.0) -> list[str]:
+    """Drive the feed as the trainer's loop does (fill, take a batch, "train", commit) until every record
+    on its topic when called is trained or refused (its offsets committable): a condition, not a quiet
+    spell, which a loaded machine can stretch. Returns the ids trained on, in order, repeats included."""
     trained: list[str] = []
-    last = time.monotonic()
-    while time.monotonic() - last < idle_s:
-        if feed.fill(version, timeout_ms=200):
-            last = time.monotonic()
+    ends = feed.consumer.end_offsets()
+
+    def everything_resolved() -> bool:
+        feed.fill(version, timeout_ms=200)
         batch = feed.next_batch(version, max_wait_s=0.5)
         if batch:
-            trained += [i.record_id for i in batch]
+            trained.extend(i.record_id for i in batch)
             feed.trained_on(batch)
             feed.commit()
-            last = time.monotonic()
+        committable = feed.offsets.committable()
+        return all(committable.get(p, 0) >= end for p, end in ends.items())
+
+    wait_for(everything_resolved, timeout, "every record on the topic trained or refused", every=0,
+             state=lambda: f"end offsets {ends}, committable {feed.offsets.committable()}, trained {trained}")
     feed.commit()
     return trained

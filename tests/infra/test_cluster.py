@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
 from undertow.infra.broker.local import LocalKafka, free_port_block
 from undertow.schemas import Task
 from undertow.streams import KafkaSettings, RecordConsumer, RecordProducer, Topics, create_topics, describe_topics
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.cluster, pytest.mark.slow]
 
@@ -47,33 +47,27 @@ def test_cluster_survives_a_broker_crash(cluster):
     writer = threading.Thread(target=produce, daemon=True)
     writer.start()
     try:
-        _wait_for(lambda: len(acked) >= 50)
+        progress = lambda: f"{len(acked)} acknowledged, {len(failed)} failed; nodes up {cluster.running_nodes()}"
+        wait_for(lambda: len(acked) >= 50, 90, "50 acknowledged sends", state=progress, every=0.05)
         cluster.stop_node(2, kill=True)
         assert cluster.running_nodes() == [1, 3]
         during = len(acked)
-        _wait_for(lambda: len(acked) >= during + 50)  # acks=all still succeeds with 2 of 3 in sync
+        # acks=all still succeeds with 2 of 3 in sync
+        wait_for(lambda: len(acked) >= during + 50, 90, "50 more with node 2 down", state=progress, every=0.05)
         cluster.start_node(2)
-        _wait_for(lambda: len(acked) >= during + 100)
+        wait_for(lambda: len(acked) >= during + 100, 90, "50 more with node 2 back", state=progress, every=0.05)
     finally:
         stop.set()
         writer.join(120)
 
     with RecordConsumer(kafka, [topics.tasks], group_id=None, expect=Task, rejected_topic=topics.rejected) as c:
         delivered: list[str] = []
-        deadline = time.monotonic() + 60
-        while not set(acked) <= set(delivered) and time.monotonic() < deadline:
-            delivered += [d.record.task_id for d in c.poll(timeout_ms=500)]
+        wait_for(lambda: delivered.extend(d.record.task_id for d in c.poll(timeout_ms=500)) or set(acked) <= set(delivered),
+                 60, "every acknowledged send read back", every=0,
+                 state=lambda: f"{len(set(acked) - set(delivered))} of {len(acked)} acknowledged not read yet")
         delivered += [d.record.task_id for d in c.poll(timeout_ms=2000)]
     seen = set(delivered)
     assert set(acked) <= seen, f"lost {len(set(acked) - seen)} acknowledged records"
     assert len(delivered) == len(seen), "the idempotent producer wrote a record twice"
     assert len(seen) == len(seen & (set(acked) | set(failed)))  # nothing that was never sent
     assert cluster.running_nodes() == [1, 2, 3]
-
-
-def _wait_for(cond, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise TimeoutError("condition not reached")
-        time.sleep(0.05)

@@ -12,18 +12,14 @@ from undertow.processors.config import processors_group
 from undertow.rollout.config import rollout_group
 from undertow.schemas import Task
 from undertow.streams import RecordConsumer, Topics
-from tests.helpers import exp, produce, wait_for
+from tests.helpers import exp, produce, take, wait_for
 
 pytestmark = pytest.mark.broker
 
 
 def commit_all(kafka, topic: str, group: str, want: int) -> None:
     with RecordConsumer(kafka, [topic], group_id=group, expect=None, rejected_topic=topic + ".unused") as consumer:
-        got: list = []
-        deadline = time.monotonic() + 60
-        while len(got) < want and time.monotonic() < deadline:
-            got += consumer.poll(timeout_ms=500)
-        assert len(got) == want
+        assert len(take(consumer, want, 60, f"{want} records on {topic}")) == want
         consumer.commit()
 
 

@@ -9,14 +9,13 @@ import os
 import signal
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.audit import audit
-from tests.e2e.test_loop import ROOT, only_run_dir, trainer_rows, undertow_run
-from tests.run_output import stop_run, wait_run
+from tests.e2e.test_loop import ROOT, trainer_rows, undertow_run
+from tests.run_output import stop_run, wait_for_step, wait_run
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 STEPS, KILL_AT = 30, 12
@@ -59,14 +58,3 @@ def test_a_failed_run_resumes_and_finishes(kafka, tmp_path):
     books = audit(kafka, namespace, run_dir / "checkpoints" / namespace / "ledger.jsonl")
     assert books.tasks_published and not books.tasks_twice  # the resumed feeder drew nothing again
     assert not books.twice
-
-
-def wait_for_step(proc, runs: Path, step: int, timeout: float = 300) -> Path:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stdout.read()[-3000:]
-        dirs = list(runs.iterdir()) if runs.exists() else []
-        if dirs and any(r.get("version", 0) >= step for r in trainer_rows(only_run_dir(runs), "main")):
-            return dirs[0]
-        time.sleep(0.5)
-    raise TimeoutError(f"the trainer did not reach step {step}")

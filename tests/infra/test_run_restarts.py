@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,9 @@ from undertow.infra.run.drain import Drain
 from undertow.infra.run.runner import Run, StageWatch
 from undertow.infra.run.config import RunConfig
 from undertow.infra.run.supervisor import Supervisor
+from undertow.schemas import MetricEvent
+from undertow.streams import Topics
+from tests.helpers import read_all, wait_for
 
 pytestmark = [pytest.mark.broker]
 
@@ -26,11 +30,15 @@ def crashing(starts_file, crashes: int) -> list[str]:
     return [sys.executable, "-c", script]
 
 
-def trainer_done_after(seconds: float) -> list[str]:
-    return [sys.executable, "-c", f"import time; time.sleep({seconds})"]
+def trainer_done_after(log: Path, restarts: int | None) -> list[str]:
+    """A trainer that finishes once the supervisor has scheduled the crashing child's restart number
+    `restarts` (its log says so; None: never): the stage ends after the crashes it is meant to follow,
+    however slow the machine."""
+    seen = f"os.path.exists(p) and 'restart {restarts} in' in open(p).read()" if restarts else "False"
+    return [sys.executable, "-c", f"import os, time\np = {str(log)!r}\nwhile not ({seen}):\n    time.sleep(0.05)"]
 
 
-def watch_stage(kafka, namespace, tmp_path, policy: dict, crashes: int, trainer_s: float):
+def watch_stage(kafka, namespace, tmp_path, policy: dict, crashes: int, trainer_after: int | None):
     config = RunConfig.model_validate({"namespace": namespace, "run": {"restarts": policy, "refresh_s": 0.1}})
     run = Run(config, {}, tmp_path)
     recorder = MetricsRecorder(kafka, namespace, tmp_path / "metrics.jsonl", labels={"stage": "main"})
@@ -39,21 +47,24 @@ def watch_stage(kafka, namespace, tmp_path, policy: dict, crashes: int, trainer_
     events = RunEvents(kafka, namespace)
     watch = StageWatch(sup, config.run.restarts, events, "main")
     sup.start("processors", crashing(tmp_path / "starts", crashes))
-    sup.start("trainer", trainer_done_after(trainer_s))
+    sup.start("trainer", trainer_done_after(tmp_path / "logs" / "processors.log", trainer_after))
     started = time.monotonic()
     try:
         status, message = run._watch(sup, watch, recorder, Drain(kafka, []))  # no feeder: never asked
     finally:
         sup.stop()
         events.close()
-        time.sleep(1.5)  # the recorder's poll brings in the last events
+        published = lambda: len([m for m in read_all(kafka, Topics(namespace).metrics, MetricEvent) if m.component == "run"])
+        recorded = lambda: len([r for r in read_metrics(tmp_path / "metrics.jsonl") if r["component"] == "run"])
+        wait_for(lambda: recorded() == published() > 0, 60, "the recorder to write every run event",
+                 state=lambda: f"{published()} on the topic, {recorded()} recorded")
         recorder.stop()
     return status, message, watch.outcome(status, 0.0, message), time.monotonic() - started
 
 
 def test_five_quick_crashes_are_restarted_and_recorded(kafka, namespace, tmp_path):
     policy = {"max": 5, "window_s": 600, "backoff_s": 0.2, "backoff_max_s": 0.5}
-    status, _, outcome, _ = watch_stage(kafka, namespace, tmp_path, policy, crashes=5, trainer_s=12)
+    status, _, outcome, _ = watch_stage(kafka, namespace, tmp_path, policy, crashes=5, trainer_after=5)
     assert status == "done" and outcome.restarts == {"processors": 5}
     assert [c["backoff_s"] for c in outcome.crashes] == [0.2, 0.4, 0.5, 0.5, 0.5]
     assert {c["cause"] for c in outcome.crashes} == {"exit code 3"} and outcome.crashes[0]["log_line"] == "boom"
@@ -66,7 +77,7 @@ def test_five_quick_crashes_are_restarted_and_recorded(kafka, namespace, tmp_pat
 
 def test_one_crash_past_the_rate_fails_the_stage(kafka, namespace, tmp_path):
     policy = {"max": 2, "window_s": 600, "backoff_s": 0.1, "backoff_max_s": 0.1}
-    status, message, outcome, _ = watch_stage(kafka, namespace, tmp_path, policy, crashes=10, trainer_s=60)
+    status, message, outcome, _ = watch_stage(kafka, namespace, tmp_path, policy, crashes=10, trainer_after=None)
     assert status == "failed" and "processors crashed 3 times within 600 s" in message and "boom" in message
     assert outcome.restarts == {"processors": 2} and outcome.crashes[-1]["backoff_s"] is None
     rows = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r["component"] == "run"]
@@ -75,6 +86,6 @@ def test_one_crash_past_the_rate_fails_the_stage(kafka, namespace, tmp_path):
 
 def test_a_long_backoff_does_not_hold_up_the_watch(kafka, namespace, tmp_path):
     policy = {"max": 5, "window_s": 600, "backoff_s": 30, "backoff_max_s": 30}
-    status, _, outcome, seconds = watch_stage(kafka, namespace, tmp_path, policy, crashes=1, trainer_s=2)
-    assert status == "done" and seconds < 15  # the trainer's end was seen while processors waited 30 s
+    status, _, outcome, seconds = watch_stage(kafka, namespace, tmp_path, policy, crashes=1, trainer_after=1)
+    assert status == "done" and seconds < 30  # the trainer's end was seen while processors waited out 30 s
     assert outcome.crashes[0]["backoff_s"] == 30

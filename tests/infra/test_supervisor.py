@@ -19,16 +19,16 @@ def test_a_killed_child_is_restarted_with_its_arguments(tmp_path):
     child = sup.start("worker", [sys.executable, "-c", script])
     first = int((tmp_path / "worker.pid").read_text())
     assert first == child.proc.pid
-    wait_for(starts.exists)
+    wait_for(starts.exists, what="the child started")
     os.killpg(first, signal.SIGKILL)  # its whole process group, as a crashed machine would
-    wait_for(lambda: child.returncode is not None)
+    wait_for(lambda: child.returncode is not None, what="the killed child reaped")
     assert child.returncode == -signal.SIGKILL and sup.exited() == [child]
 
     sup.restart(child)
     second = int((tmp_path / "worker.pid").read_text())
     assert second != first and child.returncode is None and child.restarts == 1
     assert "worker exited with code -9; restart 1" in child.log.read_text()
-    wait_for(lambda: starts.read_text() == "xx")  # the same command ran again
+    wait_for(lambda: starts.read_text() == "xx", what="the same command ran again")
     sup.stop()
     assert sup.exited() == [child]
 
@@ -37,7 +37,7 @@ def test_a_restart_waiting_out_its_backoff_does_not_hold_up_the_others(tmp_path)
     sup = Supervisor(tmp_path)
     slow = sup.start("slow", [sys.executable, "-c", "raise SystemExit(3)"])
     fast = sup.start("fast", [sys.executable, "-c", "raise SystemExit(4)"])
-    wait_for(lambda: len(sup.exited()) == 2)
+    wait_for(lambda: len(sup.exited()) == 2, what="both children exited")
     sup.schedule_restart(slow, 30.0)
     assert sup.exited() == [fast] and slow.waiting  # waiting is neither running nor gone for good
     sup.schedule_restart(fast, 0.0)
@@ -55,7 +55,7 @@ def test_a_child_given_longer_to_stop_finishes_its_shutdown_work(tmp_path):
               "signal.signal(signal.SIGTERM, bye)\nopen(sys.argv[1], 'w').write('up')\ntime.sleep(60)")
     slow = sup.start("eval", [sys.executable, "-c", script, str(tmp_path / "up-eval")])
     hasty = sup.start("other", [sys.executable, "-c", script, str(tmp_path / "up-other")])
-    wait_for(lambda: (tmp_path / "up-eval").exists() and (tmp_path / "up-other").exists())
+    wait_for(lambda: (tmp_path / "up-eval").exists() and (tmp_path / "up-other").exists(), what="both children up")
     sup.stop(["other", "eval"], timeout=0.3, timeouts={"eval": 30.0})
     assert hasty.returncode == -signal.SIGKILL  # killed after 0.3 s, mid-shutdown
     assert slow.returncode == 0 and done.read_text() == "x"
@@ -75,7 +75,7 @@ def test_a_stopped_child_shuts_down_before_its_helpers_and_none_outlive_it(tmp_p
               "    sys.exit(0)  # without stopping the helper\n"
               "signal.signal(signal.SIGTERM, bye)\ntime.sleep(120)")
     child = sup.start("rollout", [sys.executable, "-c", script])
-    wait_for(lambda: helper_pid.exists() and helper_pid.read_text())
+    wait_for(lambda: helper_pid.exists() and helper_pid.read_text(), what="the helper started")
     pid = int(helper_pid.read_text())
     sup.stop(timeout=30)
     assert child.returncode == 0 and seen.read_text() == "alive"
@@ -90,7 +90,7 @@ def test_a_pinned_child_and_the_processes_it_starts_run_on_its_cpus(tmp_path):
     show = "import os; print(sorted(os.sched_getaffinity(0)), flush=True)"
     script = f"import subprocess, sys; {show}; subprocess.run([sys.executable, '-c', {show!r}])"
     pinned, free = sup.start("trainer@shadow", [sys.executable, "-c", script]), sup.start("feeder", [sys.executable, "-c", show])
-    wait_for(lambda: pinned.returncode is not None and free.returncode is not None)
+    wait_for(lambda: pinned.returncode is not None and free.returncode is not None, what="both children done")
     assert pinned.log.read_text().split("\n")[:2] == [str([usable[-1]])] * 2
     assert free.log.read_text().strip() == str(usable)
 
@@ -101,7 +101,7 @@ def test_a_finished_taskset_is_not_idle_while_a_worker_waits_to_restart(tmp_path
     sup = Supervisor(tmp_path)
     feeder = sup.start("feeder", [sys.executable, "-c", "pass"])
     rollout = sup.start("rollout", [sys.executable, "-c", "raise SystemExit(1)"])
-    wait_for(lambda: len(sup.exited()) == 2)
+    wait_for(lambda: len(sup.exited()) == 2, what="both children exited")
     long_ago = time.time() - 100
     feeder.started = rollout.started = long_ago
     assert idle_for(sup, feeder, long_ago, settled_since=long_ago) >= 100  # nothing running, nothing to wait for

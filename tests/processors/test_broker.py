@@ -17,7 +17,7 @@ import yaml
 
 from undertow.schemas import Experience, MetricEvent, Rejected, TaskStat
 from undertow.streams import RecordConsumer, RecordProducer, Topics
-from tests.helpers import exp, raw_assignment, wait_for
+from tests.helpers import exp, raw_assignment, read_all, take, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,13 +44,10 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def read(kafka, topic: str, expect, want: int, timeout: float = 120.0, proc=None) -> list:
-    got = []
     with RecordConsumer(kafka, [topic], group_id=None, expect=expect, rejected_topic=topic + ".unused") as c:
-        deadline = time.monotonic() + timeout
-        while len(got) < want and time.monotonic() < deadline and (proc is None or proc.poll() is None):
-            got += [d.record for d in c.poll(timeout_ms=500)]
-        got += [d.record for d in c.poll(timeout_ms=1000)]  # anything beyond `want` shows up too
-    return got
+        got = take(c, want, timeout, f"{want} records on {topic}", proc=proc)
+        got += c.poll(timeout_ms=1000)  # anything beyond `want` shows up too
+    return [d.record for d in got]
 
 
 # RLOO (Ahmadian et al. 2024): A_i = r_i − mean of the others = (G·r_i − Σr) / (G − 1), worked by hand
@@ -117,13 +114,19 @@ def test_two_workers_split_the_partitions_without_loss_or_duplication(kafka, nam
         ready = read(kafka, topics.ready, Experience, len(samples), proc=proc)
         assert proc.poll() is None, (tmp_path / "process-2.log").read_text()[-3000:]
         assert sorted(e.experience_id for e in ready) == sorted(e.experience_id for e in samples)
-        time.sleep(3)
-        metrics = read(kafka, topics.metrics, MetricEvent, 4, timeout=20)
-        per_worker = {}
-        for m in metrics:
-            per_worker[m.labels["worker"]] = max(per_worker.get(m.labels["worker"], 0), m.values.get("clean.in", 0))
-        assert set(per_worker) == {"worker-0", "worker-1"}
-        assert all(n > 0 for n in per_worker.values()) and sum(per_worker.values()) == len(samples)
+
+        def per_worker() -> dict[str, float]:
+            """Each worker's latest count of records in (counters only grow; metrics come every second)."""
+            counts: dict[str, float] = {}
+            for m in read_all(kafka, topics.metrics, MetricEvent):
+                counts[m.labels["worker"]] = max(counts.get(m.labels["worker"], 0), m.values.get("clean.in", 0))
+            return counts
+
+        wait_for(lambda: sum(per_worker().values()) >= len(samples), 60, "both workers' metrics to count every record",
+                 proc=proc, state=per_worker, every=0.5)
+        counts = per_worker()
+        assert set(counts) == {"worker-0", "worker-1"}
+        assert all(n > 0 for n in counts.values()) and sum(counts.values()) == len(samples)
     finally:
         stop(proc)
 
@@ -180,15 +183,21 @@ def test_a_worker_killed_mid_stream_loses_nothing(kafka, namespace, tmp_path):
             time.sleep(0.05)
         proc.kill()
         proc.wait()
-        time.sleep(3)  # a backlog builds up beyond what the killed worker read
+        killed_at = len(sent)
+        wait_for(lambda: len(sent) >= killed_at + 400 or not writer.is_alive(), 60,
+                 "a backlog to build up beyond what the killed worker read", every=0.05)
         proc = start(tmp_path, namespace, **section)
         writer.join()
-        deadline, ready, rejected = time.monotonic() + 150, [], []
-        while time.monotonic() < deadline and proc.poll() is None:
-            ready = read(kafka, topics.ready, Experience, len(sent), timeout=5)
-            rejected = read(kafka, topics.rejected, Rejected, 0, timeout=2)
-            if {e.experience_id for e in ready} | {r.record_id for r in rejected} >= set(sent):
-                break
+        ready, rejected = [], []
+
+        def all_resolved() -> bool:
+            ready[:] = read_all(kafka, topics.ready, Experience)
+            rejected[:] = read_all(kafka, topics.rejected, Rejected)
+            return {e.experience_id for e in ready} | {r.record_id for r in rejected} >= set(sent)
+
+        wait_for(all_resolved, 150, "every record sent to be ready or rejected", proc=proc, every=2,
+                 state=lambda: f"{len(ready)} ready, {len(rejected)} rejected of {len(sent)} sent; worker log:\n"
+                               + (tmp_path / "process-1.log").read_text()[-3000:])
     finally:
         stop(proc)
     ids = [e.experience_id for e in ready]

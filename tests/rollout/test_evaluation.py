@@ -4,7 +4,6 @@ the weights topic of the real broker."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import torch
@@ -18,7 +17,7 @@ from undertow.schemas import EvalResult, MetricEvent, chunk_weights
 from undertow.streams import RecordProducer, RunContext, Topics
 from undertow.streams.weights import publish_weights
 
-from tests.helpers import read_all
+from tests.helpers import read_all, wait_for
 
 HELDOUT = {"tasksets": [{"name": "sums-heldout", "source": {"name": "sums", "size": 24, "seed": 7}}]}
 
@@ -91,8 +90,7 @@ def test_undertow_eval_follows_the_weights_topic(kafka, namespace):
             publish(3, build_model(ModelSpec()))  # not a multiple of 5: skipped
             publish(5, seven_model())
             wait_for_versions(kafka, topics, {0, 5})
-            publish(7, seven_model())  # the last version: scored when the evaluator stops
-            time.sleep(2)
+            publish(7, seven_model())  # the last version: scored when the evaluator stops, however soon after
     finally:
         stop.set()
     runner.join(60)
@@ -126,9 +124,6 @@ def test_an_evaluator_started_late_still_scores_the_starting_weights(kafka, name
 
 
 def wait_for_versions(kafka, topics: Topics, versions: set[int], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if versions <= {r.version for r in read_all(kafka, topics.evals, expect=EvalResult)}:
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"versions {versions} were not evaluated within {timeout} s")
+    evaluated = lambda: {r.version for r in read_all(kafka, topics.evals, expect=EvalResult)}
+    wait_for(lambda: versions <= evaluated(), timeout, f"versions {sorted(versions)} evaluated",
+             state=lambda: f"versions evaluated: {sorted(evaluated())}", every=0.5)

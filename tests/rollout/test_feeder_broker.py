@@ -4,7 +4,6 @@ restart that continues after its own tasks whatever else is on the topic."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
@@ -15,7 +14,7 @@ from undertow.streams.consumer import read_to_end
 from undertow.rollout.config import rollout_group
 from undertow.rollout.feed_runner import Feeder
 from undertow.rollout.feeder.sampler import draw_index
-from tests.helpers import load_run, read_all, wait_for
+from tests.helpers import holds_for, load_run, read_all, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -39,12 +38,11 @@ def test_feeder_keeps_the_lag_bounded(kafka, namespace, config_path):
     topics = Topics(namespace)
     try:
         wait_for(lambda: feeder.stats.published == 5, what="5 tasks")
-        time.sleep(1.5)
-        assert feeder.stats.published == 5 and feeder.stats.pauses > 0  # paused at max_lag
+        holds_for(lambda: feeder.stats.published == 5, 1.5, "the feeder paused at max_lag")
+        assert feeder.stats.pauses > 0
         commit_all(kafka, topics.tasks, rollout_group(namespace))      # workers took them
         wait_for(lambda: feeder.stats.published == 10, what="5 more")
-        time.sleep(1.0)
-        assert feeder.stats.published == 10
+        holds_for(lambda: feeder.stats.published == 10, 1.0, "the feeder paused at max_lag again")
         commit_all(kafka, topics.tasks, rollout_group(namespace))
         thread.join(timeout=30)
     finally:

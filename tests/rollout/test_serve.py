@@ -351,7 +351,7 @@ def test_an_idle_session_expires_unpublished_and_its_reward_is_a_404(caplog):
     assert client.get("/health").json()["sessions_open"] == 2  # busy and fresh stay
     # On the real clock: a request sweeps first, so a reward past the TTL finds the session gone.
     endpoint.settings.session_ttl_s = 0.05
-    time.sleep(0.1)
+    endpoint._sessions["fresh"].touched = time.monotonic() - 0.1  # idle past the TTL (no sleep to bet on)
     assert client.post("/v1/undertow/sessions/fresh/reward", json={"reward": 1.0}).status_code == 404
     assert endpoint.expired == 3 and client.get("/health").json() == {
         "status": "ok", "policy_version": 0, "sessions_open": 0, "sessions_expired": 3}

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import yaml
@@ -15,7 +14,7 @@ import yaml
 from undertow.infra.broker.local import LocalKafka
 from undertow.schemas import Experience
 from undertow.streams import KafkaSettings, RecordProducer, Topics
-from tests.helpers import group
+from tests.helpers import group, wait_for
 from undertow.trainer.config import BatchingConfig
 from undertow.trainer.ready_intake import ReadyIntake
 
@@ -72,11 +71,13 @@ def through_worker_to_feed(ns: str, producer: KafkaSettings, worker: KafkaSettin
         feed = ReadyIntake(worker, topics, BatchingConfig(experiences=2), group_id=f"{ns}-trainer",
                            record_type=Experience, checks_staleness=True, producer=RecordProducer(worker), start={},
                            trained_ids=[])
-        batch, deadline = None, time.monotonic() + 120
-        while batch is None and time.monotonic() < deadline and proc.poll() is None:
+
+        def next_batch():
             feed.fill(version=0, timeout_ms=500)
-            batch = feed.next_batch(version=0, max_wait_s=60)
-        assert batch, (tmp_path / "process.log").read_text()[-3000:]
+            return feed.next_batch(version=0, max_wait_s=60)
+
+        batch = wait_for(next_batch, 120, "a batch through the processors", proc=proc, every=0,
+                         state=lambda: (tmp_path / "process.log").read_text()[-3000:])
         feed.trained_on(batch)
         committed = feed.commit()
         feed.close()

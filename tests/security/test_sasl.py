@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-import time
 import uuid
 
 import pytest
@@ -16,6 +15,7 @@ from undertow.infra.broker.local import LocalKafka, free_port_block
 from undertow.schemas import Task
 from undertow.streams import (CATALOG, KafkaSettings, KafkaUnreachable, RecordConsumer, RecordProducer, Topics,
                      create_topics, list_topics, record_counts)
+from tests.helpers import take
 from tests.security.helpers import run_config, through_worker_to_feed, undertow
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -51,11 +51,8 @@ def test_admin_producer_and_consumer_log_in_as_the_configured_user(broker):
     with RecordProducer(alice) as p:
         for i in range(3):
             p.send(tasks, Task(task_id=f"t{i}", prompt="1+1"), partition=0)
-    got = []
     with RecordConsumer(bob, [tasks], group_id=f"{ns}-readers", expect=Task, rejected_topic=Topics(ns).rejected) as c:
-        deadline = time.monotonic() + 60
-        while len(got) < 3 and time.monotonic() < deadline:
-            got += c.poll(timeout_ms=500)
+        got = take(c, 3, 60, "bob reading alice's 3 tasks")
         c.commit()  # the group coordinator takes bob's login too
     assert [d.record.task_id for d in got] == ["t0", "t1", "t2"]
     assert record_counts(bob, [tasks]) == {tasks: 3}

@@ -22,7 +22,7 @@ from undertow.infra.broker.resolve import resolve_kafka
 from undertow.schemas import Task, encode
 from undertow.streams import (CATALOG, KafkaSettings, KafkaUnreachable, RecordConsumer, RecordProducer, Topics,
                      create_topics, list_topics, record_counts)
-from tests.helpers import read_all
+from tests.helpers import read_all, take, wait_for
 from tests.security.helpers import client_certificate, through_worker_to_feed
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -45,11 +45,8 @@ def tls(broker: LocalKafka) -> KafkaSettings:
 
 
 def read(settings: KafkaSettings, topic: str, group_id: str, want: int) -> list[str]:
-    got = []
     with RecordConsumer(settings, [topic], group_id=group_id, expect=Task, rejected_topic="unused") as c:
-        deadline = time.monotonic() + 60
-        while len(got) < want and time.monotonic() < deadline:
-            got += c.poll(timeout_ms=500)
+        got = take(c, want, 60, f"{want} tasks on {topic} over TLS")
         c.commit()  # the group coordinator is reached over TLS too
     return [d.record.task_id for d in got]
 
@@ -211,10 +208,8 @@ def test_component_commands_with_no_kafka_section_reach_the_local_tls_broker(bro
     side = {name: subprocess.Popen([sys.executable, "-m", "undertow.infra.cli", name, str(config)], cwd=ROOT, env=env,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             for name in ("eval", "watch")}
-    deadline = time.monotonic() + 240
-    while record_counts(tls(broker), [topics.evals])[topics.evals] == 0 and time.monotonic() < deadline:
-        assert side["eval"].poll() is None, side["eval"].communicate()
-        time.sleep(1)
+    wait_for(lambda: record_counts(tls(broker), [topics.evals])[topics.evals] > 0, 240, "an evaluation over TLS",
+             proc=side["eval"], every=1)
     for proc in side.values():
         proc.terminate()
     results = {name: proc.communicate(timeout=120) + (proc.returncode,) for name, proc in side.items()}

@@ -11,6 +11,7 @@ import pytest
 from undertow.schemas import DecodeError, MetricEvent
 from undertow.streams import GroupLag, KafkaSettings, RecordConsumer, RecordProducer, TopicNotFound, Topics
 from undertow.streams.consumer import read_messages
+from tests.helpers import take, wait_for
 
 pytestmark = pytest.mark.broker
 
@@ -33,10 +34,7 @@ def consumer(kafka: KafkaSettings, ns: str, group: str | None = None) -> RecordC
 
 def read(c: RecordConsumer, want: int, timeout_s: float = 20.0) -> list[tuple[int, int]]:
     """(partition, offset) of the next `want` records, sorted."""
-    got, deadline = [], time.monotonic() + timeout_s
-    while len(got) < want and time.monotonic() < deadline:
-        got += [(d.partition, d.offset) for d in c.poll(timeout_ms=300)]
-    return sorted(got)
+    return sorted((d.partition, d.offset) for d in take(c, want, timeout_s, f"{want} records"))
 
 
 def test_assign_starts_each_partition_where_asked(kafka, namespace):
@@ -124,9 +122,7 @@ def test_idle_through_a_rebalance_loses_nothing(kafka, namespace):
     fill(kafka, topic, {0: 2, 1: 1})
     c = RecordConsumer(kafka, [topic], group_id="idler", expect=MetricEvent, rejected_topic=Topics(namespace).rejected)
     with c:
-        deadline = time.monotonic() + 20
-        while not c.end_offsets() and time.monotonic() < deadline:  # assigned during these idles
-            c.idle(0.5)
+        wait_for(lambda: c.idle(0.5) or c.end_offsets(), 20, "the group assigning the idler its partitions", every=0)
         c.idle(2.0)  # assigned and fetching by now
         assert read(c, 3) == [(0, 0), (0, 1), (1, 0)]
 

@@ -6,13 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from undertow.schemas import Rejected, record_types
 from undertow.streams import RecordConsumer, RecordProducer, Topics
+from tests.helpers import take
 from tests.record_examples import make_examples
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -33,17 +33,13 @@ def test_records_pass_through_a_faust_agent(kafka, namespace, tmp_path):
             p.send(topics.raw, examples["task"], key="same-group")  # after the bad one: the stream went on
         with RecordConsumer(kafka, [topics.ready], group_id=None, expect=tuple(record_types().values()),
                             rejected_topic=topics.rejected) as c:
-            got, deadline = [], time.monotonic() + 90
-            while len(got) < len(examples) + 1 and time.monotonic() < deadline and worker.poll() is None:
-                got += c.poll(timeout_ms=500)
+            got = take(c, len(examples) + 1, 90, "every record relayed", proc=worker)
         assert worker.poll() is None, (tmp_path / "faust.log").read_text()[-3000:]
         assert [d.record for d in got] == [*examples.values(), examples["task"]]
         assert {d.key for d in got} == {b"same-group"}
         with RecordConsumer(kafka, [topics.rejected], group_id=None, expect=Rejected,
                             rejected_topic=topics.rejected) as c:
-            dead, deadline = [], time.monotonic() + 30
-            while not dead and time.monotonic() < deadline:
-                dead = c.poll(timeout_ms=500)
+            dead = take(c, 1, 30, "the garbage on the rejected topic", proc=worker)
         assert len(dead) == 1
         assert (dead[0].record.stage, dead[0].record.reason) == ("relay", "undecodable")
         assert dead[0].record.original == b"\x00garbage" and dead[0].record.topic == topics.raw

@@ -11,7 +11,7 @@ import pytest
 from undertow.streams.faust.watchdog import STALLED
 from undertow.schemas import Experience, Rejected
 from undertow.streams import RecordProducer, Topics
-from tests.helpers import exp
+from tests.helpers import exp, read_all, wait_for
 from tests.processors.test_broker import ROOT, read, start, stop
 
 HANG = "tests.hostile.processor_plugins.hang_on"
@@ -65,7 +65,9 @@ def test_a_hanging_plugin_times_out_and_a_worker_left_with_hung_calls_commits_an
             for e in [exp("ok", 0, 1, 1.0), exp("stuck-1", 0, 1, 1.0, text="hang")]:
                 p.send(topics.raw, e, key=e.group_id)
             p.flush()
-            time.sleep(2.0)  # a batch of its own, if the first did not reach max_hung_calls already
+            # The second hang in a batch of its own: the first has timed out (one call left hanging).
+            wait_for(lambda: any(r.record_id == "stuck-1/0" for r in read_all(kafka, topics.rejected, Rejected)), 60,
+                     "stuck-1/0 timed out and rejected", proc=proc, every=0.5)
             p.send(topics.raw, exp("stuck-2", 0, 1, 1.0, text="hang"), key="stuck-2")
         assert proc.wait(120) == STALLED  # without the deadline it would hang until the watchdog's 20 s
     finally:

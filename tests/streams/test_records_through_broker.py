@@ -8,25 +8,17 @@ from kafka import TopicPartition
 
 from undertow.schemas import Experience, Record, Rejected, decode, encode, record_types
 from undertow.streams import KafkaSettings, RecordConsumer, RecordProducer, Topics
+from tests.helpers import take
 from tests.record_examples import make_examples
 
 pytestmark = pytest.mark.broker
 ALL_KINDS = tuple(record_types().values())
 
 
-def drain(consumer: RecordConsumer, want: int, timeout_s: float = 30.0) -> list:
-    import time
-
-    got, deadline = [], time.monotonic() + timeout_s
-    while len(got) < want and time.monotonic() < deadline:
-        got += consumer.poll(timeout_ms=500)
-    return got
-
-
 def rejected_records(kafka: KafkaSettings, ns: str, want: int) -> list[Rejected]:
     with RecordConsumer(kafka, [Topics(ns).rejected], group_id=None, expect=Rejected,
                         rejected_topic=Topics(ns).rejected) as c:
-        return [d.record for d in drain(c, want)]
+        return [d.record for d in take(c, want, 30)]
 
 
 def test_every_record_type_round_trips(kafka, namespace):
@@ -37,7 +29,7 @@ def test_every_record_type_round_trips(kafka, namespace):
         for kind, record in examples.items():
             p.send(topic, record, key=kind, partition=0).get(timeout=30)
     with RecordConsumer(kafka, [topic], group_id="rt", expect=ALL_KINDS, rejected_topic=Topics(namespace).rejected) as c:
-        got = drain(c, len(examples))
+        got = take(c, len(examples, 30))
     assert [d.record for d in got] == list(examples.values())
     assert [d.key for d in got] == [k.encode() for k in examples]
     assert [d.offset for d in got] == list(range(len(examples)))
@@ -64,7 +56,7 @@ def test_bad_messages_are_dead_lettered_and_consumption_goes_on(kafka, namespace
             p.send_bytes(topics.raw, payload, key=reason, partition=0)
         p.send(topics.raw, good.model_copy(update={"experience_id": "after"}), partition=0)
     with RecordConsumer(kafka, [topics.raw], group_id="dl", expect=Experience, rejected_topic=topics.rejected) as c:
-        got = drain(c, 2)
+        got = take(c, 2, 30)
         c.commit()
         assert c.rejected == len(bad)
     assert [d.record.experience_id for d in got] == ["before", "after"]
@@ -86,10 +78,10 @@ def test_uncommitted_records_are_delivered_again(kafka, namespace):
             p.send(topic, e, partition=0)
     kw = dict(group_id="trainer", expect=Experience, rejected_topic=Topics(namespace).rejected)
     with RecordConsumer(kafka, [topic], **kw) as c:
-        first = drain(c, 6)
+        first = take(c, 6, 30)
         c.commit({TopicPartition(topic, 0): 3})  # only the first three were "trained on"
     with RecordConsumer(kafka, [topic], **kw) as c:
-        again = drain(c, 3)
+        again = take(c, 3, 30)
     assert [d.record.experience_id for d in first] == [f"e{i}" for i in range(6)]
     assert [d.record.experience_id for d in again] == ["e3", "e4", "e5"]
 

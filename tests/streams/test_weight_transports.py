@@ -234,7 +234,7 @@ def test_a_stranger_without_the_run_token_is_refused_and_a_member_gets_the_versi
             results[name] = e
     stranger = threading.Thread(target=worker, args=("stranger", "a guess"), daemon=True)
     stranger.start()  # first in: attempt 1, a proof made with another token
-    wait_for(lambda: broadcast.joined(store, 7) == 1, 10)
+    wait_for(lambda: broadcast.joined(store, 7) == 1, 10, "the stranger joined")
     trainer = broadcast_round(store, buckets, 7, expected=1, token="the run's secret")
     member = threading.Thread(target=worker, args=("member", "the run's secret"), daemon=True)
     member.start()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -39,16 +38,18 @@ def test_sigkill_then_resume_trains_every_experience_exactly_once(kafka, namespa
     first = start_trainer(config, port=29541)
     for b in range(3):  # one batch at a time, so the kill lands right after step 3
         produce(kafka, topics.ready, batches[b])
-        wait_for(lambda: len(ledger(root)) == b + 1, 120, proc=first)
-    wait_for(lambda: (root / "LATEST").exists() and (root / "LATEST").read_text() == "step-00000002", 120, proc=first)
+        wait_for(lambda: len(ledger(root)) == b + 1, 120, f"step {b + 1} in the ledger", proc=first,
+                 state=lambda: ledger(root))
+    wait_for(lambda: (root / "LATEST").exists() and (root / "LATEST").read_text() == "step-00000002", 120,
+             "the step-2 checkpoint", proc=first, state=lambda: sorted(p.name for p in root.glob("*")))
     first.kill()
     first.communicate()
     assert len(ledger(root)) == 3  # step 3 ran, but its checkpoint never happened
 
     produce(kafka, topics.ready, batches[3] + batches[4])
     second = start_trainer(config, port=29542)
-    wait_for(lambda: len(ledger(root)) == 5 and ledger(root)[-1]["step"] == 5, 120, proc=second)
-    time.sleep(0.5)
+    wait_for(lambda: len(ledger(root)) == 5 and ledger(root)[-1]["step"] == 5, 120, "step 5 in the ledger", proc=second,
+             state=lambda: ledger(root))
     second.send_signal(signal.SIGTERM)
     out = finish(second, 120)
     assert "stopped at step 5" in out
