@@ -111,12 +111,13 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, what: str = ""
 
 
 def take(consumer: Any, want: int, timeout: float = 60.0, what: str = "", *,
-         proc: subprocess.Popen | None = None) -> list:
+         proc: subprocess.Popen | None = None, log: Path | None = None) -> list:
     """The next `want` (or more) deliveries of a RecordConsumer, polled as they come; fails naming
-    `what` it waited for and how many had arrived."""
+    `what` it waited for, how many had arrived and the end of `log` (the producing process's)."""
     got: list = []
+    tail = lambda: f"; {log.name}:\n{log.read_text(errors='replace')[-3000:]}" if log and log.exists() else ""
     wait_for(lambda: got.extend(consumer.poll(timeout_ms=500)) or len(got) >= want, timeout,
-             what or f"{want} records", proc=proc, state=lambda: f"{len(got)} of {want} arrived", every=0)
+             what or f"{want} records", proc=proc, state=lambda: f"{len(got)} of {want} arrived{tail()}", every=0)
     return got
 
 

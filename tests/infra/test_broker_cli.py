@@ -11,6 +11,7 @@ import pytest
 from undertow.infra.broker.local import free_port_block
 from undertow.schemas import Task
 from undertow.streams import CATALOG, KafkaSettings, RecordConsumer, RecordProducer, Topics
+from tests.helpers import take
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -58,11 +59,7 @@ def test_broker_up_topics_down_up_keeps_data(cli_env, tmp_path):
         assert "demo.tasks" in described and "retention.ms=604800000" in described
         with RecordConsumer(kafka, [Topics("demo").tasks], group_id=None, expect=Task,
                             rejected_topic=Topics("demo").rejected) as c:
-            got = []
-            for _ in range(20):
-                got += c.poll(timeout_ms=500)
-                if len(got) >= 5:
-                    break
+            got = take(c, 5, 60, "the 5 tasks sent before the broker went down")
         assert [d.record.task_id for d in got] == [f"t{i}" for i in range(5)]
     finally:
         undertow("broker", "down", env=cli_env, check=False)

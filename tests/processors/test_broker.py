@@ -31,8 +31,10 @@ def start(tmp_path: Path, namespace: str, workers: int = 1, **section) -> subpro
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({"namespace": namespace, "processors": section}))
     log = open(tmp_path / f"process-{workers}.log", "w")
-    return subprocess.Popen([sys.executable, "-m", "undertow.infra.cli", "process", str(config), "--workers", str(workers)],
+    proc = subprocess.Popen([sys.executable, "-m", "undertow.infra.cli", "process", str(config), "--workers", str(workers)],
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc.log = Path(log.name)  # what read() shows when the records it waits for do not come
+    return proc
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -45,7 +47,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 def read(kafka, topic: str, expect, want: int, timeout: float = 120.0, proc=None) -> list:
     with RecordConsumer(kafka, [topic], group_id=None, expect=expect, rejected_topic=topic + ".unused") as c:
-        got = take(c, want, timeout, f"{want} records on {topic}", proc=proc)
+        got = take(c, want, timeout, f"{want} records on {topic}", proc=proc, log=getattr(proc, "log", None))
         got += c.poll(timeout_ms=1000)  # anything beyond `want` shows up too
     return [d.record for d in got]
 

@@ -29,8 +29,9 @@ def test_a_hanging_plugin_rejects_its_record_with_reason_timeout_and_the_batch_g
     h = Harness([HANG, "reshape"], stage_timeout_s=TIMEOUT_S)
     t0 = time.monotonic()
     h.feed([exp("a", 0, 1), exp("b", 0, 1, text="hang"), exp("c", 0, 1)])
-    # The batch's call times out once, then the records one by one: only "b" hangs again.
-    assert time.monotonic() - t0 < 4 * TIMEOUT_S + 1.0
+    # The batch's call times out once, then the records one by one: only "b" hangs again (`hung` below
+    # counts the deadlines spent; a hang is forever, so any bound shows that none was waited out).
+    assert time.monotonic() - t0 < 30
     assert [e.group_id for e in h.ready] == ["a", "c"]
     assert h.reasons() == [(HANG, "timeout")]
     assert f"processor {HANG!r}: no result within 0.2 s" in h.out.dropped[0].detail
@@ -54,7 +55,7 @@ def test_a_batch_tries_at_most_a_few_hanging_records_then_rejects_the_rest_untri
     hanging = [exp(f"h{i}", 0, 1, text="hang") for i in range(6)]
     t0 = time.monotonic()
     h.feed([exp("a", 0, 1), *hanging])
-    assert time.monotonic() - t0 < (HANGS_PER_BATCH + 1) * TIMEOUT_S + 1.0
+    assert time.monotonic() - t0 < 30  # hangs are forever: the deadlines were not waited out
     assert [e.group_id for e in h.ready] == ["a"] and h.reasons() == [(HANG, "timeout")] * 6
     untried = [d.detail for d in h.out.dropped[HANGS_PER_BATCH:]]
     assert untried == [f"not tried: {HANGS_PER_BATCH} earlier records of its batch hung {HANG!r}"] * 3

@@ -34,7 +34,7 @@ def test_a_hanging_reward_scores_zero_in_an_evaluation_that_finishes():
                     "reward": "tests.rollout.hanging_rewards.hang"},
         "eval": {"tasksets": [{"name": "sums", "source": {"name": "sums", "size": 8}}]}})
     evaluator = Evaluator(build_engine(cfg.rollout.engine, cfg.model), cfg.rollout, cfg.eval, "tiny")
-    release = threading.Timer(20.0, hanging_rewards.RELEASE.set)  # without the timeout: late, all answers right
+    release = threading.Timer(120.0, hanging_rewards.RELEASE.set)  # without the timeout: late, all answers right
     release.daemon = True
     release.start()
     started = time.monotonic()
@@ -43,7 +43,7 @@ def test_a_hanging_reward_scores_zero_in_an_evaluation_that_finishes():
     finally:
         release.cancel()
     # 4 calls wait 0.2 s each (registry.MAX_HUNG), the 4 others are refused at once
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < 60  # the hung calls return at the release, 120 s
     assert result.greedy_accuracy == 0.0 and result.mean_reward == 0.0 and result.tasks == 8
 
 
@@ -57,14 +57,14 @@ def test_a_hanging_reward_times_out_to_the_rejected_topic_and_the_worker_goes_on
         producer.send(topics.tasks, Task(task_id="hangs", prompt="3+4=", answer="7", group_size=2), key="hangs")
         producer.send(topics.tasks, Task(task_id="fine", prompt="1+1=", answer="2", group_size=2), key="fine")
     started = time.monotonic()
-    release = threading.Timer(20.0, hanging_rewards.RELEASE.set)  # without the timeout: a late answer, not a hung test
+    release = threading.Timer(120.0, hanging_rewards.RELEASE.set)  # without the timeout: a late answer, not a hung test
     release.daemon = True
     release.start()
     try:
         stats = RolloutWorker(config.rollout, context, "w").run(max_tasks=2)
     finally:
         release.cancel()
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < 60  # the hung calls return at the release, 120 s
     assert stats.failed_tasks == 1 and stats.experiences == 2
     (rejected,) = read_all(kafka, topics.rejected, Rejected)
     assert (rejected.stage, rejected.reason, rejected.record_id) == ("rollout", "timeout", "hangs")

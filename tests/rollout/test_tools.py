@@ -60,7 +60,7 @@ def test_hanging_tool_is_killed_at_its_timeout_and_the_next_call_works(sandbox):
     started = time.monotonic()
     [hung] = sandbox.run([ToolCall("hang", {"seconds": 60})])
     assert hung.kind == "timeout" and "timed out after 1.5 s" in hung.text
-    assert time.monotonic() - started < 4  # killed, not waited for
+    assert time.monotonic() - started < 30  # killed, not waited for (the call sleeps 60 s)
     assert sandbox.call(ToolCall("calculator", {"expression": "1+1"})).text == "2"
 
 

@@ -36,7 +36,7 @@ asyncio.run(main())
 
 def test_a_stalled_batch_exits_with_stalled_and_a_report():
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", WEDGE.format(stall=1.0, idle=0.6)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-c", WEDGE.format(stall=2.0, idle=0.6)], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == STALLED, proc.stderr
     assert "idle survived" in proc.stdout

