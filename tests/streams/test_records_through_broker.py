@@ -29,7 +29,7 @@ def test_every_record_type_round_trips(kafka, namespace):
         for kind, record in examples.items():
             p.send(topic, record, key=kind, partition=0).get(timeout=30)
     with RecordConsumer(kafka, [topic], group_id="rt", expect=ALL_KINDS, rejected_topic=Topics(namespace).rejected) as c:
-        got = take(c, len(examples, 30))
+        got = take(c, len(examples), 30)
     assert [d.record for d in got] == list(examples.values())
     assert [d.key for d in got] == [k.encode() for k in examples]
     assert [d.offset for d in got] == list(range(len(examples)))
