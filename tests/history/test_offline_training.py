@@ -37,7 +37,7 @@ def trainer_losses(kafka, namespace: str) -> list[float]:
 def test_offline_sft_and_dpo_from_a_replay_lower_their_loss(kafka, namespace, tmp_path: Path):
     history = archive_recorded_run(kafka, namespace, tmp_path / "archive")
     runs = {}
-    for objective, shape, port in (("sft", "sft_best", 29561), ("dpo", "dpo_pairs", 29562)):
+    for objective, shape in (("sft", "sft_best"), ("dpo", "dpo_pairs")):
         target = f"{namespace}-{objective}"
         create_topics(kafka, target)
         with RecordProducer(kafka) as producer:
@@ -45,9 +45,9 @@ def test_offline_sft_and_dpo_from_a_replay_lower_their_loss(kafka, namespace, tm
         assert result.selected == 4 * GROUPS and result.sent == GROUPS  # one best sample / one pair per group
         config = write_config(tmp_path / f"{target}.yaml", target, trainer={
             "checkpoint_dir": str(tmp_path / "ckpt"), "checkpoint_every": 100,
-            "engine": {"lr": 0.01, "master_port": port},
+            "engine": {"lr": 0.01},
             "batching": {"experiences": 2, "max_wait_s": 1.0}, "algorithm": {"objective": objective}})
-        runs[target] = start_cli("train", str(config), "--max-steps", "6", MASTER_PORT=str(port))
+        runs[target] = start_cli("train", str(config), "--max-steps", "6")
     for target, proc in runs.items():
         out, _ = proc.communicate(timeout=300)
         assert proc.returncode == 0, out[-5000:]

@@ -50,8 +50,10 @@ def write_config(directory: Path, namespace: str, trainer: dict) -> Path:
                             trainer={"checkpoint_dir": str(directory / "ckpt"), **trainer})
 
 
-def trainer_env(port: int) -> dict[str, str]:
-    return env(MASTER_PORT=str(port))
+def trainer_env(port: int | None = None) -> dict[str, str]:
+    """A trainer's environment; without `port` it picks a free one itself (trainer/engine.py): a fixed
+    port made two trainers on the suite's two workers collide (EADDRINUSE) when they ran at once."""
+    return env(MASTER_PORT=str(port)) if port else env()
 
 
 def finish(proc: subprocess.Popen, timeout: float) -> str:
@@ -66,7 +68,7 @@ def finish(proc: subprocess.Popen, timeout: float) -> str:
     return out
 
 
-def start_trainer(config: Path, *args: str, port: int = 29520) -> subprocess.Popen:
-    return subprocess.Popen([PYTHON, "-m", "undertow.infra.cli", "train", str(config), *args], env=trainer_env(port),
+def start_trainer(config: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([PYTHON, "-m", "undertow.infra.cli", "train", str(config), *args], env=trainer_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             cwd=Path(__file__).resolve().parents[2])

@@ -30,7 +30,7 @@ def test_out_of_vocabulary_ids_are_refused_and_a_failing_batch_is_dead_lettered(
     config = write_config(tmp_path, namespace, {"engine": {"zero_stage": 0, "lr": 0.01},
                                                 "batching": {"experiences": 4, "max_wait_s": 1.0},
                                                 "checkpoint_every": 100})
-    out = finish(start_trainer(config, "--max-steps", "1", port=29537), 240)
+    out = finish(start_trainer(config, "--max-steps", "1"), 240)
     assert "stopped at step 1" in out
 
     rejected = {r.record_id: r for r in read_all(kafka, topics.rejected, expect=Rejected)}

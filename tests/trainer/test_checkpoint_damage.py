@@ -20,8 +20,7 @@ class Script:
     """checkpoint_script.py: saves, then waits for the directories to resume."""
 
     def __init__(self, root: Path):
-        env = trainer_env(0)
-        env.pop("MASTER_PORT")  # a free port
+        env = trainer_env()  # the script picks a free port
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
         self.proc = subprocess.Popen([PYTHON, "tests/trainer/checkpoint_script.py", str(root)], cwd=ROOT, env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -42,7 +42,7 @@ def test_demonstrations_join_each_step_and_are_trained_once(kafka, namespace, tm
     raw = yaml.safe_load(config.read_text())
     config.write_text(yaml.safe_dump({**raw, "rollout": {"chat_template": False}}))
     load_demonstrations(config, tmp_path / "demos.jsonl", 12)
-    finish(start_trainer(config, "--max-steps", "3", port=29551), 240)
+    finish(start_trainer(config, "--max-steps", "3"), 240)
 
     steps = [m.values for m in read_all(kafka, topics.metrics, expect=MetricEvent) if m.component == "trainer"]
     assert [s["expert_records"] for s in steps] == [4, 4, 4] and [s["records"] for s in steps] == [8, 8, 8]
@@ -54,7 +54,7 @@ def test_demonstrations_join_each_step_and_are_trained_once(kafka, namespace, tm
     # A restart reads both topics from the checkpoint: new RL data and the 4 new demonstrations only.
     produce(kafka, topics.ready, make_group("task-6") + make_group("task-7"))
     load_demonstrations(config, tmp_path / "more.jsonl", 4)
-    finish(start_trainer(config, "--max-steps", "4", port=29552), 240)
+    finish(start_trainer(config, "--max-steps", "4"), 240)
     again = trained_ids(tmp_path, namespace)[len(first):]
     assert sorted(int(i.split(":")[1]) for i in again if i.startswith("more:")) == [1, 2, 3, 4]
     assert len(again) == 8 + 4

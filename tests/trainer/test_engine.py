@@ -14,16 +14,19 @@ import torch
 
 from undertow.kernel.models import build_model, load_weights
 
+from undertow.trainer.engine import free_port
+
 from .helpers import PYTHON, SPEC, trainer_env
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_script(out: Path, engine: dict, port: int, nproc: int = 1, *args: str, shape: dict | None = None,
+def run_script(out: Path, engine: dict, nproc: int = 1, *args: str, shape: dict | None = None,
                algorithm: dict | None = None, critic: dict | None = None) -> list[dict]:
     """Each rank's output: losses, metrics per step, untrained ids, and the sha256 of its weights."""
     out.mkdir()
+    port = free_port()  # each run its own: fixed ports collided between the suite's two workers
     launcher = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "--master_port", str(port)] \
         if nproc > 1 else [PYTHON]
     cmd = [*launcher, "tests/trainer/engine_script.py", "--out", str(out),
@@ -44,18 +47,18 @@ def loaded(out: Path) -> torch.nn.Module:
 
 
 def test_two_ranks_in_micro_batches_train_what_one_pass_trains(tmp_path: Path):
-    one = run_script(tmp_path / "one", {"zero_stage": 0, "lr": 0.01}, 29550)
+    one = run_script(tmp_path / "one", {"zero_stage": 0, "lr": 0.01})
     # 8 sequences of 6-7 tokens padded to 8: 16 tokens a micro-batch, 2 per rank, 2 ranks
-    ranks = run_script(tmp_path / "two", {"zero_stage": 2, "lr": 0.01}, 29551, 2, shape={"micro_batch_tokens": 16},
+    ranks = run_script(tmp_path / "two", {"zero_stage": 2, "lr": 0.01}, 2, shape={"micro_batch_tokens": 16},
                        algorithm={"entropy_coef": 0.01})
     assert ranks[0]["sha256"] == ranks[1]["sha256"]
     untimed = lambda rank: [{k: v for k, v in m.items() if k not in ("step_s", "tokens_per_s")} for m in rank["metrics"]]
     assert untimed(ranks[0]) == untimed(ranks[1])  # reduced over the ranks
     initial, trained = build_model(SPEC).state_dict(), loaded(tmp_path / "two").state_dict()
     assert any(not torch.equal(initial[k], trained[k]) for k in trained)
-    micro = run_script(tmp_path / "micro", {"zero_stage": 0, "lr": 0.01}, 29554, shape={"micro_batch_tokens": 16},
+    micro = run_script(tmp_path / "micro", {"zero_stage": 0, "lr": 0.01}, shape={"micro_batch_tokens": 16},
                        algorithm={"entropy_coef": 0.01})
-    whole = run_script(tmp_path / "whole", {"zero_stage": 0, "lr": 0.01}, 29555, algorithm={"entropy_coef": 0.01})
+    whole = run_script(tmp_path / "whole", {"zero_stage": 0, "lr": 0.01}, algorithm={"entropy_coef": 0.01})
     # The gradient (its norm) and the second step's loss agree in fp32. Adam's first step moves each
     # weight by about ±lr whatever the gradient's size, so a weight whose gradient is ~0 moves by
     # rounding noise, which Adam's normalisation can make a sizeable part of a step (1.6% on two of 192
@@ -73,9 +76,8 @@ def test_two_ranks_in_micro_batches_train_what_one_pass_trains(tmp_path: Path):
 
 
 def test_zero3_cpu_adam_offload_matches_zero0_adamw(tmp_path: Path):
-    run_script(tmp_path / "z0", {"zero_stage": 0, "lr": 0.01}, port=29552)
-    run_script(tmp_path / "z3", {"zero_stage": 3, "lr": 0.01, "optimizer": "cpu_adam", "offload_optimizer": True},
-               port=29553)
+    run_script(tmp_path / "z0", {"zero_stage": 0, "lr": 0.01})
+    run_script(tmp_path / "z3", {"zero_stage": 3, "lr": 0.01, "optimizer": "cpu_adam", "offload_optimizer": True})
     z0, z3 = loaded(tmp_path / "z0").state_dict(), loaded(tmp_path / "z3").state_dict()
     initial = build_model(SPEC).state_dict()
     # Adam's early steps move each weight by about lr (0.01); the two optimizers agree to 1% of that
@@ -90,8 +92,8 @@ def test_zero3_cpu_adam_offload_matches_zero0_adamw(tmp_path: Path):
 
 def test_decoupled_ppo_clips_on_the_second_epoch(tmp_path: Path):
     algorithm = {"policy_loss": "decoupled_ppo"}
-    once = run_script(tmp_path / "once", {"lr": 0.05}, 29556, algorithm=algorithm, shape={"ppo_epochs": 1})
-    twice = run_script(tmp_path / "twice", {"lr": 0.05}, 29557, 1, "--steps", "1", algorithm=algorithm,
+    once = run_script(tmp_path / "once", {"lr": 0.05}, algorithm=algorithm, shape={"ppo_epochs": 1})
+    twice = run_script(tmp_path / "twice", {"lr": 0.05}, 1, "--steps", "1", algorithm=algorithm,
                        shape={"ppo_epochs": 2, "micro_batch_tokens": 16})
     # One update: the proximal policy is the current one, r = 1, nothing clips.
     assert once[0]["metrics"][0]["clip_fraction"] == 0 and once[0]["metrics"][0]["updates"] == 1
@@ -102,7 +104,7 @@ def test_decoupled_ppo_clips_on_the_second_epoch(tmp_path: Path):
 
 @pytest.mark.parametrize("zero_stage,nproc", [(0, 1), (2, 2)])
 def test_a_non_finite_step_is_skipped_on_every_rank(tmp_path: Path, zero_stage: int, nproc: int):
-    ranks = run_script(tmp_path / "nan", {"zero_stage": zero_stage, "lr": 0.01}, 29558 + zero_stage, nproc,
+    ranks = run_script(tmp_path / "nan", {"zero_stage": zero_stage, "lr": 0.01}, nproc,
                        "--poison", "--steps", "1")
     assert len({r["sha256"] for r in ranks}) == 1
     initial, kept = build_model(SPEC).state_dict(), loaded(tmp_path / "nan").state_dict()
@@ -121,9 +123,9 @@ def test_ppo_with_a_critic_trains_the_same_on_two_ranks_in_micro_and_mini_batche
     the policy's. Two ZeRO-2 ranks in micro-batches and two mini-batches train both models as one process
     does in whole passes."""
     critic = {"lr": 0.01, "value_clip": 0.2}
-    whole = run_script(tmp_path / "whole", {"zero_stage": 0, "lr": 0.01}, 29564, shape={"mini_batches": 2},
+    whole = run_script(tmp_path / "whole", {"zero_stage": 0, "lr": 0.01}, shape={"mini_batches": 2},
                        algorithm=PPO, critic=critic)
-    ranks = run_script(tmp_path / "two", {"zero_stage": 2, "lr": 0.01}, 29565, 2,
+    ranks = run_script(tmp_path / "two", {"zero_stage": 2, "lr": 0.01}, 2,
                        shape={"micro_batch_tokens": 16, "mini_batches": 2}, algorithm=PPO, critic=critic)
     assert ranks[0]["sha256"] == ranks[1]["sha256"] and ranks[0]["critic_sha256"] == ranks[1]["critic_sha256"]
     for run in (whole[0], *ranks):
@@ -150,12 +152,12 @@ def test_the_critic_resumes_from_the_policys_checkpoint(tmp_path: Path):
     """Three steps straight equal two steps, a checkpoint, and one step in a new process that loaded
     it: the critic's weights and Adam state come back with the policy's."""
     engine, critic = {"zero_stage": 0, "lr": 0.01}, {"lr": 0.01}
-    straight = run_script(tmp_path / "straight", engine, 29566, 1, "--steps", "3", algorithm=PPO, critic=critic)
+    straight = run_script(tmp_path / "straight", engine, 1, "--steps", "3", algorithm=PPO, critic=critic)
     ckpt = tmp_path / "ckpt"
-    run_script(tmp_path / "first", engine, 29567, 1, "--steps", "2", "--resume", str(ckpt), algorithm=PPO,
+    run_script(tmp_path / "first", engine, 1, "--steps", "2", "--resume", str(ckpt), algorithm=PPO,
                critic=critic)
     assert (ckpt / "step-00000002" / "critic").is_dir()
-    second = run_script(tmp_path / "second", engine, 29568, 1, "--steps", "1", "--resume", str(ckpt),
+    second = run_script(tmp_path / "second", engine, 1, "--steps", "1", "--resume", str(ckpt),
                         algorithm=PPO, critic=critic)
     assert second[0]["metrics"][0]["value_loss"] == straight[0]["metrics"][2]["value_loss"]
     assert second[0]["losses"] == straight[0]["losses"][2:]

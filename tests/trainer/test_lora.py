@@ -26,7 +26,7 @@ def test_lora_trains_adapters_only_and_workers_apply_them(kafka, namespace, tmp_
     config = write_config(tmp_path, namespace, {
         "engine": {"lr": 0.01}, "batching": {"experiences": 8}, "checkpoint_every": 3,
         "lora": {"rank": 4, "alpha": 8}, "algorithm": {"kl": {"coef": 0.1}}})
-    finish(start_trainer(config, "--max-steps", "3", port=29541), 240)
+    finish(start_trainer(config, "--max-steps", "3"), 240)
 
     metrics = [m.values for m in read_all(kafka, topics.metrics, expect=MetricEvent) if m.component == "trainer"]
     # The KL reference is the base with adapters off: identical at the start (B = 0), then apart.

@@ -35,7 +35,7 @@ def test_sigkill_then_resume_trains_every_experience_exactly_once(kafka, namespa
         "algorithm": {"advantage_transform": "gae"}, "critic": {"lr": 0.01}})
     root = tmp_path / "ckpt" / namespace
 
-    first = start_trainer(config, port=29541)
+    first = start_trainer(config)
     for b in range(3):  # one batch at a time, so the kill lands right after step 3
         produce(kafka, topics.ready, batches[b])
         wait_for(lambda: len(ledger(root)) == b + 1, 120, f"step {b + 1} in the ledger", proc=first,
@@ -47,7 +47,7 @@ def test_sigkill_then_resume_trains_every_experience_exactly_once(kafka, namespa
     assert len(ledger(root)) == 3  # step 3 ran, but its checkpoint never happened
 
     produce(kafka, topics.ready, batches[3] + batches[4])
-    second = start_trainer(config, port=29542)
+    second = start_trainer(config)
     wait_for(lambda: len(ledger(root)) == 5 and ledger(root)[-1]["step"] == 5, 120, "step 5 in the ledger", proc=second,
              state=lambda: ledger(root))
     second.send_signal(signal.SIGTERM)

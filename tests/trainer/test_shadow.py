@@ -71,8 +71,8 @@ def test_a_shadow_trains_the_same_experiences_into_its_own_topics_and_curves(kaf
     spec = load_component_config(config).model
 
     # The run's trainer first; the shadow afterwards on the same log, as if started late.
-    finish(start_trainer(config, "--max-steps", "3", port=29541), 240)
-    finish(start_trainer(config, "--max-steps", "3", "--shadow", "slow", port=29542), 240)
+    finish(start_trainer(config, "--max-steps", "3"), 240)
+    finish(start_trainer(config, "--max-steps", "3", "--shadow", "slow"), 240)
 
     ledgers = {who: [i for line in (tmp_path / "ckpt" / who / "ledger.jsonl").read_text().splitlines()
                      for i in json.loads(line)["ids"]] for who in (namespace, f"{namespace}.shadow-slow")}

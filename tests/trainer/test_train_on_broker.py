@@ -34,7 +34,7 @@ def test_trainer_learns_publishes_and_rejects_stale(kafka, namespace, tmp_path: 
                 "sync_every": 1, "weights": {"chunk_bytes": 65536}, "checkpoint_every": 100}
     config = write_config(tmp_path, namespace, settings)
 
-    run = start_trainer(config, "--max-steps", "3", port=29531)
+    run = start_trainer(config, "--max-steps", "3")
     finish(run, 240)
 
     metrics = [m for m in read_all(kafka, topics.metrics, expect=MetricEvent) if m.component == "trainer"]
@@ -68,7 +68,7 @@ def test_trainer_learns_publishes_and_rejects_stale(kafka, namespace, tmp_path: 
     produce(kafka, topics.ready, stale + fresh)
     settings["batching"]["max_staleness"] = 1
     config = write_config(tmp_path, namespace, settings)
-    run = start_trainer(config, "--idle-timeout", "6", port=29532)
+    run = start_trainer(config, "--idle-timeout", "6")
     finish(run, 240)
     rejected = [r for r in read_all(kafka, topics.rejected, expect=Rejected)]
     assert sorted(r.record_id for r in rejected) == sorted(e.experience_id for e in stale)
