@@ -21,16 +21,11 @@ from tests.run_output import DemoRun, demo_config, only_run_dir, undertow_run, w
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 BROKER_FIXTURES = {"kafka", "broker", "cluster"}  # the session's broker, the TLS / SASL ones, the 3-node cluster
-DEMO_FIXTURES = {"demo", "demo_warm_start"}  # `undertow run examples/demo.yaml`, once per session
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist (`-n 2`) the controller starts the broker its workers share: they inherit
-    $UNDERTOW_BOOTSTRAP, and the demo run's topics are there for whichever worker reads them. Tests are
-    dealt as with `--dist load`, except that those of one `xdist_group` go to one worker (`loadgroup`):
-    the demo's tests (below)."""
-    if getattr(config.option, "dist", None) == "load":
-        config.option.dist = "loadgroup"
+    $UNDERTOW_BOOTSTRAP, and the demo run's topics are there for whichever worker reads them."""
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput") \
             and not os.environ.get(BOOTSTRAP_ENV):
         config._undertow_broker = LocalKafka(Path(tempfile.mkdtemp(prefix="undertow-tests-kafka-")),
@@ -90,15 +85,9 @@ def demo_warm_start(demo: DemoRun) -> Path:
     return latest_export(demo.run_dir / "checkpoints" / "demo-warmup")
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which names each test by its group
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test that reaches the broker says so (`-m "not broker"` must leave it out): refuse to run
-    a suite in which one does not. The tests that need the demo run go to one worker, one after the
-    other, first (xdist deals its largest groups first): split across two workers, the second waited
-    for the first one's demo run (~4 min) doing nothing."""
-    for item in items:
-        if DEMO_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("demo"))
+    a suite in which one does not."""
     unmarked = [item.nodeid for item in items if BROKER_FIXTURES & set(getattr(item, "fixturenames", ()))
                 and item.get_closest_marker("broker") is None]
     if unmarked:

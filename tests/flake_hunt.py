@@ -109,9 +109,10 @@ def report(tally: Tally) -> str:
             message = " ".join(tally.first_message[name].split())[:300]
             lines.append(f"{tally.failures[name]:>6} {runs:>4}  {name}\n{'':>13}{message}")
     flaky = sum(1 for n in tally.runs if 0 < tally.failures[n] < tally.runs[n])
-    always = sum(1 for n in tally.runs if tally.failures[n] == tally.runs[n])
+    always = sum(1 for n in tally.runs if tally.failures[n] == tally.runs[n] > 1)
+    once = sum(1 for n in tally.runs if tally.failures[n] == tally.runs[n] == 1)
     lines.append(f"{len(tally.runs)} tests, {sum(tally.runs.values())} runs, {sum(tally.failures.values())} failures: "
-                 f"{flaky} failed sometimes, {always} every time")
+                 f"{flaky} failed sometimes, {always} in each of 2+ runs, {once} in their only run (--focus tells)")
     return "\n".join(lines)
 
 

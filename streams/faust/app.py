@@ -41,11 +41,6 @@ def create_app(app_id: str, settings: KafkaSettings, **overrides: Any) -> faust.
         broker_heartbeat_interval=3.0,
         # Our topics come from the catalog; Faust may still declare its own changelog topics.
         topic_allow_declare=True,
-        # No standby copies of the tables (they live in memory: a worker restores what it takes from
-        # the changelog either way). With a standby, Faust's assignor keeps each worker's partitions up
-        # to ceil(partitions / workers) and promotes standbys first, so a third worker on 4 partitions
-        # could settle with none (2/2/0, for good); without, each worker gets at least one.
-        table_standby_replicas=0,
     )
     kw.update(overrides)
     # Tables live in memory, but Faust still makes a data directory (only its last level): not in

@@ -67,7 +67,12 @@ def test_each_preset_runs_end_to_end_through_the_broker(demo_warm_start, tmp_pat
         assert all(math.isfinite(r["loss"]) and r.get("skipped_updates", 0) == 0 for r in steps), name
         rewards = [r["reward_mean"] for r in steps]
         first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
-        assert last >= first - 0.1, f"{name}: reward fell {first:.2f} -> {last:.2f}"
+        # A fall, not noise: each mean is over 5 steps of 64 rewards in [0, 1] from 40 prompt groups (the
+        # demo's group_size 8; a group's samples move together, so the groups are the independent draws),
+        # so its standard error is at most sqrt(m (1 - m) / 40), ~0.07 at m = 0.3. Allowed: 3 of the
+        # difference's. (A fixed 0.1 was 1.4 of them: "ppo: 0.29 -> 0.18" failed a quiet CI run.)
+        se = math.sqrt(first * (1 - first) / 40 + last * (1 - last) / 40)
+        assert last >= first - 3 * se, f"{name}: reward fell {first:.2f} -> {last:.2f} (standard error {se:.3f})"
         # The stage ran its preset's settings, and the live loop kept its staleness bound (0: on-policy).
         effective = load_component_config(next((run_dir / "stages").glob(f"*-{stage}.yaml")))
         preset = RunConfig.model_validate({"algorithm": name})

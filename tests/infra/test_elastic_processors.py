@@ -80,17 +80,17 @@ def test_processor_workers_join_and_leave_a_running_group(kafka, namespace, tmp_
 
     seen: list[list[set[int]]] = [[]]
 
-    def split(n: int):
-        """True once n members hold the raw partitions between them, each at least one."""
+    def split(n: int, each: bool = True):
+        """True once n members hold the raw partitions between them (`each`: at least one apiece)."""
         def check() -> bool:
             held = seen[0] = raw_assignment(kafka, app_id, topics.raw)
-            return len(held) == n and all(held) and set().union(*held) == set(range(PARTITIONS))
+            return len(held) == n and (all(held) or not each) and set().union(*held) == set(range(PARTITIONS))
         return check
 
-    def settled(n: int, seconds: float, what: str) -> None:
-        """wait_for(split(n)), failing with what the group and each worker looked like."""
+    def settled(n: int, seconds: float, what: str, each: bool = True) -> None:
+        """wait_for(split(n, each)), failing with what the group and each worker looked like."""
         try:
-            wait_for(split(n), seconds, what, every=0.5)
+            wait_for(split(n, each), seconds, what, every=0.5)
         except AssertionError as e:
             logs = {name: (proc.poll(), (tmp_path / f"{name}.log").read_text()[-1500:]) for name, proc in workers.items()}
             raise AssertionError(f"{e}; raw partitions held per member (when Stable): {seen[0]}; "
@@ -104,8 +104,13 @@ def test_processor_workers_join_and_leave_a_running_group(kafka, namespace, tmp_
         # suite's load a member busy processing may take up to Faust's rebalance timeout (60 s) to
         # rejoin, once per rebalance.
         workers |= {n: start(config, n, tmp_path) for n in ("p2", "p3")}
-        settled(3, 300, "three workers to share the raw partitions")
-        wait_for(lambda: all(processed_by(kafka, topics)[n] > 0 for n in workers), 30, "every worker to process")
+        # Three members, not always three with partitions: Faust's assignor (one table standby, its
+        # default) keeps each member's partitions up to ceil(4 / 3) = 2 and promotes standbys first,
+        # so 2/2/0 is a settled assignment (a loaded run sat in it for 300 s waiting for 2/1/1).
+        settled(3, 300, "three workers in the group, the raw partitions held", each=False)
+        holding = len([held for held in seen[0] if held])
+        wait_for(lambda: len([n for n in workers if processed_by(kafka, topics)[n] > 0]) >= holding, 30,
+                 f"the {holding} workers holding partitions to process", state=lambda: processed_by(kafka, topics))
         workers["p1"].send_signal(signal.SIGTERM)  # leaves the group at once: its partitions go to p2 and p3
         assert workers["p1"].wait(60) == 0
         settled(2, 60, "p2 and p3 to take p1's partitions")
