@@ -80,6 +80,8 @@ class WeightSubscriber(threading.Thread):
         return settled.wait(timeout)
 
     def _answer_settling(self) -> None:
+        if not self._settling:  # the poll loop's usual case: nobody is waiting
+            return
         with self._lock:
             waiting = list(self._settling)
         for settled, end in waiting:

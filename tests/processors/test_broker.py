@@ -199,7 +199,7 @@ def test_a_worker_killed_mid_stream_loses_nothing(kafka, namespace, tmp_path):
 
         wait_for(all_resolved, 150, "every record sent to be ready or rejected", proc=proc, every=2,
                  state=lambda: f"{len(ready)} ready, {len(rejected)} rejected of {len(sent)} sent; worker log:\n"
-                               + (tmp_path / "process-1.log").read_text()[-3000:])
+                               + proc.log.read_text()[-3000:])
     finally:
         stop(proc)
     ids = [e.experience_id for e in ready]
