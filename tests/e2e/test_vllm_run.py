@@ -1,8 +1,12 @@
 """`undertow run` with `rollout.engine: vllm`: the demo's recipe on a tiny Llama (vLLM needs an HF
 directory), rollouts and evaluator in the vLLM environment, the trainer in this one. An SFT warm-up,
-the demo's 900 asynchronous RL steps, after which the batches' reward must have risen and greedy
-accuracy (vLLM's greedy answers on the hot-swapped weights) not fallen, then an on-policy stage where every
-importance ratio the trainer computes is 1: its recomputed log-probs equal vLLM's, after every hot-swap."""
+after which vLLM's greedy answers on the hot-swapped weights must be right more often on the 100
+one-digit sums (the demo's evaluation: the training problems too), then an on-policy RL stage where every importance ratio the trainer computes is 1: its
+recomputed log-probs equal vLLM's, after every hot-swap (weights a swap lost or mangled would move
+them). Asynchronous RL on vLLM is tests/vllm/test_vllm_async.py's continuous worker and, for
+learning, benchmarks/smollm2_learning.py (the real SmolLM2 on vLLM); the demo's 900 asynchronous steps
+ran here too until 2026-12-06, 4 of the test's 5.6 minutes for a reward check the demo already makes.
+"""
 
 from __future__ import annotations
 
@@ -18,11 +22,11 @@ from tests.run_output import only_run_dir, undertow_run, wait_run
 from tests.vllm.tiny_llama import save_tiny_llama
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
-RL_STEPS, ON_POLICY_STEPS = 900, 40
+WARMUP_STEPS, ON_POLICY_STEPS = 60, 40
 
 
 def demo_like(model: Path) -> dict:
-    """examples/demo.yaml on a tiny Llama, evaluated less often, and an on-policy stage after it."""
+    """examples/demo.yaml on a tiny Llama: its SFT warm-up, then on-policy RL instead of asynchronous."""
     return {
         "namespace": "vllm-run", "model": {"source": "hf", "path": str(model)},
         "feeder": {"tasksets": [{"name": "sums", "source": {"name": "sums", "size": 100000, "max_operand": 9}}],
@@ -37,11 +41,9 @@ def demo_like(model: Path) -> dict:
                     "algorithm": {"objective": "rl", "policy_loss": "ppo_clip", "aggregation": "token_mean"},
                     "sync_every": 1, "checkpoint_every": 1000},
         "run": {"name": "vllm", "stages": [
-            {"name": "warmup", "steps": 60, "feeder": {"group_size": 1}, "rollout": {"workflow": "reference"},
+            {"name": "warmup", "steps": WARMUP_STEPS, "feeder": {"group_size": 1}, "rollout": {"workflow": "reference"},
              "processors": {"pipeline": ["clean"]},
              "trainer": {"engine": {"lr": 3.0e-3}, "batching": {"experiences": 32}, "algorithm": {"objective": "sft"}}},
-            {"name": "rl", "steps": RL_STEPS,
-             "trainer": {"engine": {"lr": 1.0e-3, "schedule": {"name": "cosine", "total_steps": RL_STEPS}}}},
             {"name": "on-policy", "steps": ON_POLICY_STEPS, "rollout": {"max_staleness": 0},
              "trainer": {"batching": {"max_staleness": 0}}}]},
     }
@@ -57,34 +59,25 @@ def test_a_demo_like_run_with_the_vllm_engine_learns_and_on_policy_its_ratios_ar
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(demo_like(save_tiny_llama(tmp_path / "tiny-llama", init_std=None))))
     runs = tmp_path / "runs"
-    wait_run(undertow_run(str(path), "--runs-dir", str(runs)), runs, timeout=800)  # 4.4 min alone, 7.6 beside the suite's other worker
+    wait_run(undertow_run(str(path), "--runs-dir", str(runs)), runs, timeout=600)  # 1.5-2 min alone
     run_dir = only_run_dir(runs)
     assert json.loads((run_dir / "run.json").read_text())["status"] == "done"
-    rollout_log = next(run_dir.glob("logs/*-rl/rollout.log")).read_text()
+    rollout_log = next(run_dir.glob("logs/*-on-policy/rollout.log")).read_text()
     assert "vllm" in rollout_log.lower()  # the engine really was vLLM's
 
     # Each stage's evaluator scored its last weights: SIGTERMed at the stage's end, it still answers
     # (with vLLM's engine in child processes the signal killed them and the evaluator hung).
-    for stage, steps in (("warmup", 60), ("rl", RL_STEPS), ("on-policy", ON_POLICY_STEPS)):
+    for stage, steps in (("warmup", WARMUP_STEPS), ("on-policy", ON_POLICY_STEPS)):
         versions = [int(r["version"]) for r in rows(run_dir, stage, "eval")]
-        assert versions[-1] == steps, (stage, versions)
+        assert versions[0] == 0 and versions[-1] == steps, (stage, versions)
 
-    # Learning, on vLLM's generations with the swapped-in weights. Runs here: held-out greedy accuracy
-    # 0.13 -> 0.53, 0.31 -> 0.66, 0.29 -> 0.40, 0.30 -> 0.40, but also 0.33 -> 0.30 (2026-12-04, CI on
-    # a fresh machine, its batches' reward 0.25 -> 0.37) and two of five earlier runs short of +0.2: on
-    # this tiny Llama the greedy curve varies more than the demo's (tests/e2e/test_loop.py holds the
-    # held-out bar; benchmarks/smollm2_learning.py shows SmolLM2 on vLLM +34 points). What this test
-    # stands on is the batches' reward, which a rollout that never got new weights keeps flat (its
-    # 90-step means vary by about 0.01), and that RL does not wreck what the warm-up taught.
-    curve = [(int(r["version"]), r["sums-all/greedy_accuracy"]) for r in rows(run_dir, "rl", "eval")]
-    print(f"RL greedy accuracy on the 100 sums {curve}")
-    (first, before), (last, after) = curve[0], curve[-1]
-    assert (first, last) == (0, RL_STEPS) and after >= before - 0.05, f"accuracy fell: {curve}"
-    rewards = [r["reward_mean"] for r in rows(run_dir, "rl", "trainer") if "reward_mean" in r]
-    assert len(rewards) >= 800
-    first_tenth, last_tenth = sum(rewards[:90]) / 90, sum(rewards[-90:]) / 90
-    print(f"RL batches' reward, first and last 90 steps: {first_tenth:.3f} -> {last_tenth:.3f}")
-    assert last_tenth >= first_tenth + 0.08
+    # Learning, judged by vLLM's greedy answers on the swapped-in weights. The random tiny Llama gets
+    # about 1 of the 100 sums right (binomial SD 0.01 there): an evaluator the warm-up's
+    # weights never reached stays there. Seven warm-ups here ended at 0.13-0.47.
+    curve = [(int(r["version"]), r["sums-all/greedy_accuracy"]) for r in rows(run_dir, "warmup", "eval")]
+    print(f"warm-up greedy accuracy on the 100 sums {curve}")
+    (_, before), (_, after) = curve[0], curve[-1]
+    assert after >= before + 0.05, f"vLLM's answers did not improve with the swapped-in weights: {curve}"
 
     trainer = [r for r in rows(run_dir, "on-policy", "trainer") if "ratio_min" in r]
     assert len(trainer) >= ON_POLICY_STEPS and all(r["staleness_max"] == 0 for r in trainer)
