@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 import yaml
+from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
 from undertow.schemas import Experience, Record, decode
 from undertow.streams import KafkaSettings, RecordProducer, RunContext
 from undertow.streams.admin import admin_client
-from undertow.streams.consumer import read_to_end
+from undertow.streams.connect import connect
+from undertow.streams.consumer import read_messages, read_to_end
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,6 +55,25 @@ def produce(kafka: KafkaSettings, topic: str, records: list[Record], key_of=lamb
 def read_all(kafka: KafkaSettings, topic: str, expect: type[Record] | tuple | None = None) -> list:
     """Every record on `topic` now (decoded and validated as `expect`), in partition order."""
     return [decode(value, expect=expect) for value in read_to_end(kafka, topic)]
+
+
+def read_again(kafka: KafkaSettings, group: str, topic: str) -> dict[int, range]:
+    """Per partition, the offsets a member of `group` killed now may have handled without committing
+    them: from the group's committed offset to the partition's end now. At-least-once delivery reads
+    them again; no other record may be handled twice."""
+    consumer = connect(KafkaConsumer, kafka, group_id=group, enable_auto_commit=False)
+    try:
+        partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        ends = consumer.end_offsets(partitions)
+        return {tp.partition: range(consumer.committed(tp) or 0, ends[tp]) for tp in partitions}
+    finally:
+        consumer.close()
+
+
+def experience_ids_at(kafka: KafkaSettings, topic: str, offsets: dict[int, range]) -> set[str]:
+    """The experience ids of the records of `topic` at those offsets."""
+    return {decode(m.value, expect=Experience).experience_id for m in read_messages(kafka, topic)
+            if m.offset in offsets.get(m.partition, ())}
 
 
 def raw_assignment(kafka: KafkaSettings, group: str, raw: str) -> list[set[int]]:

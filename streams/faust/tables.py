@@ -1,12 +1,14 @@
 """Keyed state for a Faust agent in a Faust table: local data, changelogged to the record's partition.
 
-The job that writes it runs on a thread of its own (worker.py's JobThread), while Faust's producer
-belongs to the event loop: a changelog write made off the loop is handed to the loop, in order.
+A change is kept until the worker takes it with the job call that made it (`take_changes`) and sends
+it once that call's outputs are acknowledged (`send`): the changelog is never ahead of the outputs.
+Ahead, a worker killed between the two would, restarted, rebuild state that says a record was handled
+(clean's dedupe window) while its output never reached the broker, and reject that record, read
+again, as a duplicate. Behind, the same kill costs at most a duplicate, which the trainer's ledger drops.
 """
 
 from __future__ import annotations
 
-import asyncio
 from functools import lru_cache
 from typing import Any, Iterator
 
@@ -14,12 +16,12 @@ from kafka.partitioner.default import murmur2
 
 
 class TableStore:
-    """A StateStore over a Faust table's local data, writing each change to the changelog partition
-    of the record's own Kafka key, the way the default partitioner placed the record."""
+    """A StateStore over a Faust table's local data, each change bound for the changelog partition of
+    the record's own Kafka key, the way the default partitioner placed the record."""
 
     def __init__(self, table: Any, partitions: int):
         self.table, self.partitions = table, partitions
-        self.loop: asyncio.AbstractEventLoop | None = None  # set by the worker: changelog sends go through it
+        self.changes: list[tuple[int, bytes, bytes | None]] = []  # made by the job, not yet sent
         self.partition_of = lru_cache(maxsize=1 << 16)(self._partition_of)
 
     def _partition_of(self, route: bytes) -> int:
@@ -30,19 +32,22 @@ class TableStore:
 
     def put(self, key: bytes, value: bytes, route: bytes) -> None:
         self.table.data[key] = value
-        self._changelog(self.partition_of(route), key, value)
+        self.changes.append((self.partition_of(route), key, value))
 
     def delete(self, key: bytes, route: bytes) -> None:
         self.table.data.pop(key, None)
-        self._changelog(self.partition_of(route), key, None)
+        self.changes.append((self.partition_of(route), key, None))
 
-    def _changelog(self, partition: int, key: bytes, value: bytes | None) -> None:
-        send = self.table.send_changelog
-        kw = {"key_serializer": "raw", "value_serializer": "raw"}
-        if self.loop is None:
-            send(partition, key, value, **kw)
-        else:  # FIFO on the loop: these run before the batch's own sends, which await the job's return
-            self.loop.call_soon_threadsafe(lambda: send(partition, key, value, **kw))
+    def take_changes(self) -> list[tuple[int, bytes, bytes | None]]:
+        """The changes made since the last take (on the job's thread, right after its call)."""
+        changes, self.changes = self.changes, []
+        return changes
+
+    def send(self, changes: list[tuple[int, bytes, bytes | None]]) -> None:
+        """Hand changes to Faust's producer (on the event loop). A commit flushes them first, so no
+        source offset is committed ahead of the state it produced."""
+        for partition, key, value in changes:
+            self.table.send_changelog(partition, key, value, key_serializer="raw", value_serializer="raw")
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         return iter(list(self.table.data.items()))

@@ -74,6 +74,7 @@ class DeadLetter:
 
 
 Outputs = list[Send | DeadLetter]
+Changes = tuple[TableStore, list[tuple[int, bytes, bytes | None]]]  # a store and the changes a job call made to it
 
 
 class WorkerJob(Protocol):
@@ -104,26 +105,25 @@ class WorkerPlan:
     idle_exit_s: float | None = None  # stop after this long without a record; None: run until SIGTERM
 
 
-class JobThread:
-    """Calls into the job, one at a time and in order, on a single thread beside the event loop.
+class JobCalls:
+    """Calls into the job, one at a time and in order, each returning what it sent and the changes it
+    made to the stores, taken in the same step (tables.py: they are sent after those outputs).
 
-    One thread keeps the job single-threaded as it was on the loop (its state needs no locks); the
-    stores' changelog writes go back to the loop (tables.py), where Faust's producer lives."""
+    A job that `runs_off_loop` is called on a single thread beside the event loop: one thread keeps it
+    single-threaded as it was on the loop (its state needs no locks). Others run on the loop itself."""
 
-    def __init__(self, stores: list[TableStore]):
+    def __init__(self, stores: list[TableStore], off_loop: bool):
         self.stores = stores
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="job")
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="job") if off_loop else None
 
-    async def __call__(self, fn: Callable[..., Any], *args: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        for store in self.stores:
-            store.loop = loop
-        return await loop.run_in_executor(self.pool, fn, *args)
+    def _call(self, fn: Callable[..., Outputs], *args: Any) -> tuple[Outputs, list[Changes]]:
+        outputs = fn(*args)
+        return outputs, [(store, store.take_changes()) for store in self.stores]
 
-
-async def on_loop(fn: Callable[..., Any], *args: Any) -> Any:
-    """A job's call on the event loop itself: for jobs whose batches are quick."""
-    return fn(*args)
+    async def __call__(self, fn: Callable[..., Outputs], *args: Any) -> tuple[Outputs, list[Changes]]:
+        if self.pool is None:
+            return self._call(fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self.pool, self._call, fn, *args)
 
 
 def fetch_bytes_per_partition(partitions: int) -> int:
@@ -149,7 +149,7 @@ def build_worker_app(plan: WorkerPlan, kafka: KafkaSettings,
     tables = {name: app.Table(name, key_type=bytes, value_type=bytes, partitions=partitions) for name in plan.tables}
     stores = {name: TableStore(table, partitions) for name, table in tables.items()}
     job = start(stores.__getitem__)
-    call = JobThread(list(stores.values())) if getattr(job, "runs_off_loop", False) else on_loop
+    call = JobCalls(list(stores.values()), off_loop=getattr(job, "runs_off_loop", False))
     last_record, undecodable = time.monotonic(), 0
     watchdog = Watchdog(plan.stall_timeout_s).start()
     books = InOrder()
@@ -190,14 +190,14 @@ def build_worker_app(plan: WorkerPlan, kafka: KafkaSettings,
                         m = event.message
                         batch.append(SourceRecord(record, m.partition, m.offset, m.value))
                 last_record = time.monotonic()
-                await send_all(io, plan.source, await call(job.handle, batch))
+                await send_all(io, plan.source, *await call(job.handle, batch))
                 books.published()
                 await restart_if_wedged(app, plan.source, job, watchdog)
 
     @app.timer(plan.tick_every_s)
     async def tick() -> None:
         with watchdog.busy("a tick"):
-            await send_all(io, plan.source, await call(job.tick))
+            await send_all(io, plan.source, *await call(job.tick))
         if plan.idle_exit_s is not None and time.monotonic() - last_record > plan.idle_exit_s:
             await report()
             os.kill(os.getpid(), signal.SIGTERM)  # the worker's own handler shuts down cleanly
@@ -213,9 +213,9 @@ def build_worker_app(plan: WorkerPlan, kafka: KafkaSettings,
     return app
 
 
-async def send_all(io: RecordIO, source: str, outputs: Outputs) -> None:
-    """Send a job's outputs and wait until the broker has acknowledged all of them: only then may
-    the batch's source offsets be committed."""
+async def send_all(io: RecordIO, source: str, outputs: Outputs, changes: list[Changes]) -> None:
+    """Send a job call's outputs and wait until the broker has acknowledged all of them: only then may
+    the batch's source offsets be committed, and only then go the state changes the call made."""
     # Straight to the producer: Faust's topic.send wraps each message in futures and callbacks that
     # cost more than encoding it; the returned delivery futures are awaited together below.
     send = io.app.producer.send
@@ -229,6 +229,8 @@ async def send_all(io: RecordIO, source: str, outputs: Outputs) -> None:
                 source_topic=source if out.partition is not None else None, partition=out.partition,
                 offset=out.offset, record_id=out.record_id))
     await asyncio.gather(*pending)
+    for store, made in changes:
+        store.send(made)
 
 
 async def restart_if_wedged(app: faust.App, source: str, job: WorkerJob, watchdog: Watchdog) -> None:

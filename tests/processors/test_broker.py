@@ -17,7 +17,7 @@ import yaml
 
 from undertow.schemas import Experience, MetricEvent, Rejected, TaskStat
 from undertow.streams import RecordConsumer, RecordProducer, Topics
-from tests.helpers import exp, raw_assignment, read_all, take, wait_for
+from tests.helpers import exp, experience_ids_at, raw_assignment, read_again, read_all, take, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,9 +162,11 @@ def test_open_groups_survive_a_worker_restart(kafka, namespace, tmp_path):
 
 def test_a_worker_killed_mid_stream_loses_nothing(kafka, namespace, tmp_path):
     """SIGKILL under load, then a new worker after a backlog built up: every record ends ready or
-    rejected, none is made ready twice. A starting worker's streams often miss a run of offsets
-    (Faust; streams/faust/books.py), read again at once: the delivery watch, the slow backstop, is set
-    beyond this test's patience. The unit tests in tests/streams/test_faust_books.py pin the mechanism down."""
+    rejected; only what the killed worker had not committed is handled twice, and no record is taken
+    for a duplicate of an output that never reached the broker. A starting worker's streams often miss
+    a run of offsets (Faust; streams/faust/books.py), read again at once: the delivery watch, the slow
+    backstop, is set beyond this test's patience. The unit tests in tests/streams/test_faust_books.py
+    and test_faust_tables.py pin the mechanisms down."""
     topics = Topics(namespace)
     section = dict(pipeline=["clean", {"name": "reshape", "advantage": "grpo"}], resync_after_s=600)
     sent: list[str] = []
@@ -186,6 +188,7 @@ def test_a_worker_killed_mid_stream_loses_nothing(kafka, namespace, tmp_path):
         proc.kill()
         proc.wait()
         killed_at = len(sent)
+        redelivered = read_again(kafka, f"proc-{namespace}", topics.raw)
         wait_for(lambda: len(sent) >= killed_at + 400 or not writer.is_alive(), 60,
                  "a backlog to build up beyond what the killed worker read", every=0.05)
         proc = start(tmp_path, namespace, **section)
@@ -205,5 +208,15 @@ def test_a_worker_killed_mid_stream_loses_nothing(kafka, namespace, tmp_path):
     ids = [e.experience_id for e in ready]
     lost = set(sent) - set(ids) - {r.record_id for r in rejected}
     assert not lost, f"{len(lost)} of {len(sent)} records neither ready nor rejected, e.g. {sorted(lost)[:5]}"
-    assert len(ids) == len(set(ids)), "a record was made ready twice"
+    # At-least-once: the killed worker's handled but uncommitted records are read again. Clean's dedupe
+    # window rejects those whose state change had reached the changelog; one whose output was
+    # acknowledged and whose change was not yet is made ready again (the trainer's ledger drops it).
+    # CI once saw 238 such (2026-12-06), when changes queued behind Faust's one-at-a-time buffer.
+    twice = {i for i, n in Counter(ids).items() if n > 1}
+    allowed = experience_ids_at(kafka, topics.raw, redelivered)
+    assert twice <= allowed, f"{len(twice - allowed)} records the killed worker had committed were made ready twice"
+    print(f"{len(twice)} of the {len(allowed)} records read again made ready twice")
+    # Never the other way round: a change goes to the changelog after the outputs it accounts for.
+    taken_for_duplicates = {r.record_id for r in rejected if r.reason == "duplicate"}
+    assert taken_for_duplicates <= set(ids), f"{len(taken_for_duplicates - set(ids))} records rejected as duplicates never made ready"
     assert {r.reason for r in rejected} <= {"duplicate"}  # the killed worker's uncommitted records, read again
