@@ -230,7 +230,7 @@ async def send_all(io: RecordIO, source: str, outputs: Outputs, changes: list[Ch
                 offset=out.offset, record_id=out.record_id))
     await asyncio.gather(*pending)
     for store, made in changes:
-        store.send(made)
+        await store.send(made)
 
 
 async def restart_if_wedged(app: faust.App, source: str, job: WorkerJob, watchdog: Watchdog) -> None:

@@ -13,33 +13,29 @@ from undertow.streams.faust import Send, TableStore
 from undertow.streams.faust.worker import JobCalls, send_all
 
 
-class Table:
-    """What TableStore asks of a Faust table: its local data and its changelog sends."""
-
-    def __init__(self, log: list):
-        self.data, self.log = {}, log
-
-    def send_changelog(self, partition, key, value, **serializers):
-        self.log.append(("changelog", key, partition))
-
-
 class Producer:
-    """Faust's producer as send_all uses it: `send` enqueues, its future resolves on acknowledgement."""
+    """Faust's producer as the worker uses it: `send` enqueues, its future resolves on acknowledgement."""
 
     def __init__(self, log: list):
         self.log, self.unacked = log, []
 
-    async def send(self, topic, key, value, *rest):
-        self.log.append(("sent", value))
+    async def send(self, topic, key, value, partition, *rest):
+        self.log.append((topic, key, partition) if topic.endswith("changelog") else ("sent", value))
         self.unacked.append(asyncio.get_running_loop().create_future())
         return self.unacked[-1]
+
+
+def table(producer: Producer) -> SimpleNamespace:
+    """What TableStore asks of a Faust table: its local data, its changelog topic, the app's producer."""
+    return SimpleNamespace(data={}, app=SimpleNamespace(producer=producer),
+                           changelog_topic=SimpleNamespace(get_topic_name=lambda: "proc-dedupe-changelog"))
 
 
 @pytest.mark.parametrize("off_loop", [False, True])
 def test_a_calls_changes_go_to_the_changelog_after_its_outputs_are_acknowledged(off_loop):
     log: list = []
-    store = TableStore(Table(log), partitions=4)
     producer = Producer(log)
+    store = TableStore(table(producer), partitions=4)
     io = SimpleNamespace(app=SimpleNamespace(producer=producer))
 
     def handle(batch):
@@ -59,4 +55,5 @@ def test_a_calls_changes_go_to_the_changelog_after_its_outputs_are_acknowledged(
 
     asyncio.run(main())
     partition = store.partition_of(b"group-7")
-    assert log == [("sent", b"x"), ("changelog", b"seen:x", partition), ("changelog", b"open:group-7", partition)]
+    assert log == [("sent", b"x"), ("proc-dedupe-changelog", b"seen:x", partition),
+                   ("proc-dedupe-changelog", b"open:group-7", partition)]
