@@ -46,10 +46,9 @@ class TableStore:
     async def send(self, changes: list[tuple[int, bytes, bytes | None]]) -> None:
         """Hand changes to the producer (on the event loop), which a commit flushes first: no source
         offset is committed ahead of the state it produced."""
-        # Straight to the producer, as the outputs go: through the table's send_changelog they queued in
-        # Faust's buffer, sent one at a time, and a SIGKILLed worker had 150-250 handled records' dedupe
-        # entries still there (made ready twice once restarted), against a batch or none this way. The
-        # callback skipped only records a persistent store's offsets (the memory store has none).
+        # Straight to the producer, as the outputs go, not through the table's send_changelog: that
+        # queues each in Faust's buffer, which hands them to the producer one at a time, later still.
+        # Its callback only records a persistent store's offsets (the memory store keeps none).
         send, topic = self.table.app.producer.send, self.table.changelog_topic.get_topic_name()
         for partition, key, value in changes:
             await send(topic, key, value, partition, None, None)
