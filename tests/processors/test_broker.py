@@ -213,7 +213,7 @@ def test_a_worker_killed_mid_stream_loses_nothing(kafka, namespace, tmp_path):
     # At-least-once: the killed worker's handled but uncommitted records are read again. Clean's dedupe
     # window rejects those whose state change had reached the changelog; one whose output was
     # acknowledged and whose change was not yet is made ready again (the trainer's ledger drops it).
-    # CI once saw 238 such (2026-12-06), when changes queued behind Faust's one-at-a-time buffer.
+    # ("None made ready twice", asserted here until 2026-12-06, failed once on CI: 238 such.)
     twice = {i for i, n in Counter(ids).items() if n > 1}
     allowed = experience_ids_at(kafka, topics.raw, redelivered)
     assert twice <= allowed, f"{len(twice - allowed)} records the killed worker had committed were made ready twice"
