@@ -14,6 +14,8 @@ from typing import Any, Iterator
 
 from kafka.partitioner.default import murmur2
 
+Change = tuple[int, bytes, bytes | None]  # changelog partition, key, value (None: deleted)
+
 
 class TableStore:
     """A StateStore over a Faust table's local data, each change bound for the changelog partition of
@@ -21,7 +23,7 @@ class TableStore:
 
     def __init__(self, table: Any, partitions: int):
         self.table, self.partitions = table, partitions
-        self.changes: list[tuple[int, bytes, bytes | None]] = []  # made by the job, not yet sent
+        self.changes: list[Change] = []  # made by the job, not yet sent
         self.partition_of = lru_cache(maxsize=1 << 16)(self._partition_of)
 
     def _partition_of(self, route: bytes) -> int:
@@ -38,12 +40,12 @@ class TableStore:
         self.table.data.pop(key, None)
         self.changes.append((self.partition_of(route), key, None))
 
-    def take_changes(self) -> list[tuple[int, bytes, bytes | None]]:
+    def take_changes(self) -> list[Change]:
         """The changes made since the last take (on the job's thread, right after its call)."""
         changes, self.changes = self.changes, []
         return changes
 
-    async def send(self, changes: list[tuple[int, bytes, bytes | None]]) -> None:
+    async def send(self, changes: list[Change]) -> None:
         """Hand changes to the producer (on the event loop), which a commit flushes first: no source
         offset is committed ahead of the state it produced."""
         # Straight to the producer, as the outputs go, not through the table's send_changelog: that

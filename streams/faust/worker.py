@@ -28,7 +28,7 @@ from undertow.streams.admin import cluster_size, partition_count
 from undertow.streams.faust.app import RecordIO, create_app, track_output_topics
 from undertow.streams.faust.books import InOrder, booked_consumer, in_order, reread_stuck
 from undertow.streams.faust.delivery import DeliveryWatch
-from undertow.streams.faust.tables import TableStore
+from undertow.streams.faust.tables import Change, TableStore
 from undertow.streams.faust.watchdog import Watchdog
 from undertow.streams.settings import KafkaSettings
 from undertow.streams.topics import MAX_MESSAGE_BYTES, Topics
@@ -74,7 +74,7 @@ class DeadLetter:
 
 
 Outputs = list[Send | DeadLetter]
-Changes = tuple[TableStore, list[tuple[int, bytes, bytes | None]]]  # a store and the changes a job call made to it
+Changes = tuple[TableStore, list[Change]]  # a store and the changes a job call made to it
 
 
 class WorkerJob(Protocol):

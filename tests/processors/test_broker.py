@@ -186,7 +186,7 @@ def test_a_worker_killed_mid_stream_loses_nothing(kafka, namespace, tmp_path):
         # Killed once it has committed some of what it handled: a record below its commit must not
         # be handled again, one above it may.
         wait_for(lambda: sum(r.start for r in read_again(kafka, f"proc-{namespace}", topics.raw).values()) >= 800,
-                 90, "the worker to commit 800 records", proc=proc, every=0.2)
+                 90, "the worker to commit 800 records", proc=proc, every=0.5)
         proc.kill()
         proc.wait()
         killed_at = len(sent)
