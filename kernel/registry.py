@@ -112,17 +112,25 @@ def _check_kwargs(kind: str, name: str, obj: Any, kwargs: dict[str, Any]) -> Non
         keyword_only = sorted(p.name for p in params if p.kind is p.KEYWORD_ONLY)
         hints = "".join(did_you_mean(u, keyword_only) for u in unknown)
         raise RegistryError(f"{kind} {name!r}: unexpected argument(s) {unknown}{hints}; it takes {keyword_only}")
-    for key, expected in _annotations(target).items():
-        if key in kwargs:
-            _check_type(kind, name, key, expected, kwargs[key])
+    for key, expected in _annotations(target, set(kwargs)).items():
+        _check_type(kind, name, key, expected, kwargs[key])
 
 
-def _annotations(target: Any) -> dict[str, Any]:
-    """The parameters' annotations as types, constraints included (a `DirectoryPath` must name a
-    directory); none where they do not resolve (a name imported only for type checkers): such an
-    argument is checked by the component when it is built."""
+def _annotations(target: Any, keys: set[str]) -> dict[str, Any]:
+    """The annotations of the parameters in `keys` as types, constraints included (a `DirectoryPath`
+    must name a directory); none where they do not resolve (a name imported only for type checkers):
+    such an argument is checked by the component when it is built.
+
+    Only those: another parameter's may name `torch.Tensor`, whose evaluation would import torch
+    (kernel/lazy.py) in a process that only reads the config. get_type_hints takes them from a bare
+    class in the target's module, so that they resolve against the module's names as the target's would.
+    """
+    raw = {k: v for k, v in getattr(target, "__annotations__", {}).items() if k in keys}
+    if not raw:
+        return {}
+    holder = type("Arguments", (), {"__annotations__": raw, "__module__": getattr(target, "__module__", None)})
     try:
-        return {k: v for k, v in typing.get_type_hints(target, include_extras=True).items() if k != "return"}
+        return typing.get_type_hints(holder, include_extras=True)
     except Exception:  # noqa: BLE001 — any unresolvable annotation: no types to check
         return {}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
+from undertow.kernel.lazy import torch
 
 from undertow.schemas import Experience, PreferencePair
 

@@ -90,3 +90,18 @@ def test_show_hides_the_passwords(tmp_path):
     code, output = config(tmp_path, "show", kafka=kafka)
     assert code == 0 and "hunter2" not in output and "keypass" not in output, output
     assert yaml.safe_load(output)["kafka"]["sasl_password"] == "***"
+
+
+def test_reading_a_config_imports_no_torch():
+    """The feeder, the processors, the archive, the watchers and `undertow status|tail|config check`
+    read the run's config, and torch's import costs each of them over a second of CPU: the
+    registries they check it against import torch only when a component computes (kernel/lazy.py)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, undertow.infra.cli, undertow.processors.runner, undertow.streams.archive, "
+            "undertow.watchers.runner, undertow.infra.run.runner; "
+            "from undertow.infra.run.config import load_run_config; load_run_config('examples/demo.yaml'); "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=ROOT).stdout
+    assert out.split() == ["False"], out

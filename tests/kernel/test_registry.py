@@ -84,3 +84,17 @@ def test_an_argument_of_the_wrong_type_is_refused_when_resolved():
     reg.register("counter")(Counter)  # a class: its __init__'s annotations
     with pytest.raises(RegistryError, match=r"counter'?: argument start = \[1\]"):
         reg.resolve({"name": "counter", "start": [1]})
+
+
+def scale(values: "NotImportedHere", *, factor: float = 1.0) -> float:  # noqa: F821 — as a `torch.Tensor` the config never passes
+    return factor
+
+
+def test_an_argument_is_checked_though_another_parameters_annotation_does_not_resolve():
+    """Only the annotations of the arguments the config gives are evaluated: a loss's tensor parameter
+    (named after a lazily imported torch) neither blocks the check nor imports torch to make it."""
+    reg: Registry = Registry("loss")
+    reg.register("scale")(scale)
+    with pytest.raises(RegistryError, match=r"loss 'scale': argument factor = 'big'"):
+        reg.resolve({"name": "scale", "factor": "big"})
+    assert reg.resolve({"name": "scale", "factor": 2}).kwargs == {"factor": 2}

@@ -17,7 +17,7 @@ token of the step (verl's masked_whiten).
 
 from __future__ import annotations
 
-import torch
+from undertow.kernel.lazy import torch
 
 from .base import AdvantageInputs, advantage_transforms, masked
 

@@ -13,7 +13,7 @@ micro-batches (and ranks) of a step is then exactly the loss of the step in one 
 
 from __future__ import annotations
 
-import torch
+from undertow.kernel.lazy import torch
 
 from .base import Totals, aggregations, masked
 

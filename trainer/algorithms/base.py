@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
+from undertow.kernel.lazy import torch
 
 from undertow.kernel.registry import Registry
 

@@ -8,7 +8,7 @@ open (a large ε_low) and tunes only ε_high.
 
 from __future__ import annotations
 
-import torch
+from undertow.kernel.lazy import torch
 
 from .base import LossOut, PolicyInputs, masked, policy_losses, ratio, ratio_metrics
 

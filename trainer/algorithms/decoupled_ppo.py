@@ -12,7 +12,7 @@ PPO epochs or mini-batches per step, π_θ moves away from it and the clip binds
 
 from __future__ import annotations
 
-import torch
+from undertow.kernel.lazy import torch
 
 from .base import MAX_WEIGHT_LOG_RATIO, LossOut, PolicyInputs, masked, masked_mean, policy_losses
 from .ppo import clipped_surrogate

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-import torch.nn.functional as F
+from undertow.kernel.lazy import functional as F, torch
 
 from undertow.kernel.registry import Registry
 

@@ -16,7 +16,7 @@ what it does) and Dr. GRPO's advantage and normaliser. |L_t| ≤ c · |A_t| · |
 
 from __future__ import annotations
 
-import torch
+from undertow.kernel.lazy import torch
 
 from .base import LossOut, PolicyInputs, masked, policy_losses, ratio, ratio_metrics
 

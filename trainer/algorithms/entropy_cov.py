@@ -22,7 +22,7 @@ leaves it open: at a log-ratio of 100 its loss is inf).
 
 from __future__ import annotations
 
-import torch
+from undertow.kernel.lazy import torch
 
 from .base import MAX_WEIGHT_LOG_RATIO, LossOut, PolicyInputs, masked, policy_losses, ratio, ratio_metrics
 from .ppo import clipped_surrogate

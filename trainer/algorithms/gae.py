@@ -21,7 +21,7 @@ micro-batches and ranks too.
 
 from __future__ import annotations
 
-import torch
+from undertow.kernel.lazy import torch
 
 from .advantage import outcome_rewards, whiten
 from .base import AdvantageInputs, AdvantageOut, LossOut, advantage_transforms, masked, masked_mean

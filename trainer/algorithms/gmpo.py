@@ -12,7 +12,7 @@ log s_i is clamped to ±10 (with A < 0 a huge ratio is not clipped).
 
 from __future__ import annotations
 
-import torch
+from undertow.kernel.lazy import torch
 
 from .base import MAX_LOG_RATIO, MAX_WEIGHT_LOG_RATIO, LossOut, PolicyInputs, masked, policy_losses, ratio_metrics
 

@@ -9,7 +9,7 @@ log s_i is clamped to ±10 (verl's bound): with A < 0 nothing else bounds s_i A.
 
 from __future__ import annotations
 
-import torch
+from undertow.kernel.lazy import torch
 
 from .base import MAX_WEIGHT_LOG_RATIO, LossOut, PolicyInputs, masked, policy_losses, ratio_metrics
 

@@ -21,7 +21,7 @@ the ratio's log is clamped to ±10, as every unclipped weight here.
 
 from __future__ import annotations
 
-import torch
+from undertow.kernel.lazy import torch
 
 from .base import MAX_LOG_RATIO, MAX_WEIGHT_LOG_RATIO, kl_estimators
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
+from undertow.kernel.lazy import torch
 
 
 @dataclass

@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-import torch.nn.functional as F
+from undertow.kernel.lazy import functional as F, torch
 
 MAX_MEAN_LOGP = -1e-6  # P_θ(y|x) ≤ 1 − 1e-6: log(1 − P) ≥ log(1e-6) ≈ −13.8
 

@@ -8,7 +8,7 @@ Control in MOBA Games with Deep RL", eq. 5) and DAPO's clip-higher (Yu et al. 20
 
 from __future__ import annotations
 
-import torch
+from undertow.kernel.lazy import torch
 
 from .base import LossOut, PolicyInputs, masked, policy_losses, ratio, ratio_metrics
 

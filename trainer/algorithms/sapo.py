@@ -13,7 +13,7 @@ and seq_mean_token_mean aggregation, as verl's and TRL's SAPO.
 
 from __future__ import annotations
 
-import torch
+from undertow.kernel.lazy import torch
 
 from .base import LossOut, PolicyInputs, masked, policy_losses, ratio, ratio_metrics
 

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-import torch
+from undertow.kernel.lazy import torch
 
 
 def sft_token_loss(logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-import torch.nn.functional as F
+from undertow.kernel.lazy import functional as F, torch
 
 
 @dataclass

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol
 
-import torch
+from undertow.kernel.lazy import torch
 
 from undertow.kernel.registry import Registry
 from undertow.schemas import Experience, PreferencePair, Record

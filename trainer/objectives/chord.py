@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
+from undertow.kernel.lazy import torch
 
 from undertow.schemas import Experience, Record
 from undertow.trainer.algorithms import Totals, masked, masked_mean

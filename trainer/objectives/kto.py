@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
+from undertow.kernel.lazy import torch
 
 from undertow.schemas import PreferencePair
 from undertow.trainer.algorithms import Totals, masked

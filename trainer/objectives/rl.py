@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, Iterable
 
-import torch
+from undertow.kernel.lazy import torch
 
 from undertow.schemas import Experience
 from undertow.trainer.algorithms import (AdvantageInputs, AdvantageOut, PolicyInputs, Totals, advantage_transforms,

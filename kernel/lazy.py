@@ -1,0 +1,34 @@
+"""torch, imported at its first use: every process reads the config, whose checks import the
+trainer's registries of losses and objectives, and most processes (the feeder, the processors, the
+archive, `undertow status`) never compute with torch, whose import costs over a second of CPU."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+class LazyModule:
+    """Stands for a module and imports it when first asked for an attribute (Python's import lock
+    makes that safe from several threads; afterwards each access is a lookup in sys.modules)."""
+
+    def __init__(self, load: Callable[[], Any]):
+        self._load = load
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._load(), attr)
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def _functional() -> Any:
+    import torch.nn.functional
+
+    return torch.nn.functional
+
+
+torch: Any = LazyModule(_torch)
+functional: Any = LazyModule(_functional)
