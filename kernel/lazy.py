@@ -1,6 +1,7 @@
-"""torch, imported at its first use: every process reads the config, whose checks import the
-trainer's registries of losses and objectives, and most processes (the feeder, the processors, the
-archive, `undertow status`) never compute with torch, whose import costs over a second of CPU."""
+"""torch, imported at its first use. Every process reads the run's config, whose checks import the
+registries of the trainer's losses and objectives and of the rollout's engines; most processes (the
+feeder, the processors, the archive, `undertow status`) never compute with torch, whose import costs
+each over a second of CPU."""
 
 from __future__ import annotations
 

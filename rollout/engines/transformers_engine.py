@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Mapping
+from typing import Any, ClassVar, Literal, Mapping
 
+from undertow.kernel.lazy import torch  # a process that only checks a config naming this engine never imports it
 from undertow.kernel.models import ModelSpec, build_model, build_tokenizer, load_weights
 from undertow.kernel.models.weights import load_weight_files
 from undertow.kernel.models.adapters import apply_adapter, is_adapter
 from undertow.schemas.logprobs import sequence_logprobs
 
 from undertow.rollout.engines.base import Sample, SamplingParams, engines
-
-if TYPE_CHECKING:
-    import torch
 
 
 @engines.register("transformers")
@@ -35,8 +33,6 @@ class TransformersEngine:
         return None  # peft applies an adapter of any rank
 
     def __init__(self, spec: ModelSpec, *, batch_size: int = 16, device: str = "auto", seed: int | None = None):
-        import torch  # here, not at the top: a process that only checks a config naming this engine
-        # (the feeder, the processors) would otherwise pay torch's import, over a second of CPU
         self.spec = spec
         self.device = torch.device("cuda" if device == "auto" and torch.cuda.is_available() else
                                    ("cpu" if device == "auto" else device))
@@ -69,29 +65,20 @@ class TransformersEngine:
         return self.model
 
     def generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Sample]]:
-        import torch
-
-        with torch.no_grad():
-            return self._generate(prompts, n, params)
-
-    def _generate(self, prompts: list[list[int]], n: int, params: SamplingParams) -> list[list[Sample]]:
         rows = [p for p in prompts for _ in range(n)]  # sample j of prompt i is row i*n + j
         samples: list[Sample] = []
-        for start in range(0, len(rows), self.batch_size):
-            samples += self._generate_batch(rows[start:start + self.batch_size], params)
+        with torch.no_grad():
+            for start in range(0, len(rows), self.batch_size):
+                samples += self._generate_batch(rows[start:start + self.batch_size], params)
         return [samples[i * n:(i + 1) * n] for i in range(len(prompts))]
 
     def logprobs(self, prompt: list[int], continuation: list[int], temperature: float) -> list[float]:
-        import torch
-
         ids = torch.tensor([prompt + continuation], device=self.device)
         with torch.no_grad():
             lp = sequence_logprobs(self.model, ids, torch.ones_like(ids), temperature)  # [1, T-1]
         return lp[0, len(prompt) - 1:].tolist()
 
     def _generate_batch(self, rows: list[list[int]], params: SamplingParams) -> list[Sample]:
-        import torch
-
         pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
         width = max(len(r) for r in rows)
         new_tokens = params.max_new_tokens
@@ -122,8 +109,6 @@ class TransformersEngine:
     def _score(self, ids: torch.Tensor, mask: torch.Tensor, responses: list[tuple[list[int], str]],
                params: SamplingParams) -> list[Sample]:
         """One scoring pass over left-padded prompt + right-padded response: [B, P + N]."""
-        import torch
-
         pad = self.tokenizer.pad_token_id
         longest = max(len(tokens) for tokens, _ in responses)
         resp = torch.tensor([t + [pad] * (longest - len(t)) for t, _ in responses], device=self.device)
