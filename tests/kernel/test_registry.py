@@ -86,7 +86,7 @@ def test_an_argument_of_the_wrong_type_is_refused_when_resolved():
         reg.resolve({"name": "counter", "start": [1]})
 
 
-def scale(values: "NotImportedHere", *, factor: float = 1.0) -> float:  # noqa: F821 — as a `torch.Tensor` the config never passes
+def scale(values: "NotImportedHere", *, factor: float = 1.0) -> float:  # noqa: F821 — stands for a loss's torch.Tensor
     return factor
 
 
