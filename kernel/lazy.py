@@ -10,13 +10,16 @@ from typing import Any, Callable
 
 class LazyModule:
     """Stands for a module and imports it when first asked for an attribute (Python's import lock
-    makes that safe from several threads; afterwards each access is a lookup in sys.modules)."""
+    makes that safe from several threads). Each attribute is kept once found, so the losses' and
+    the engine's hot loops look `torch.where` up as a plain attribute, not through this method."""
 
     def __init__(self, load: Callable[[], Any]):
         self._load = load
 
     def __getattr__(self, attr: str) -> Any:
-        return getattr(self._load(), attr)
+        value = getattr(self._load(), attr)
+        setattr(self, attr, value)
+        return value
 
 
 def _torch() -> Any:
