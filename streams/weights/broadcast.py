@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import secrets
+import socket
 import threading
 import time
 import warnings
@@ -76,10 +77,14 @@ def host_store(host: str, port: int, timeout_s: float) -> dist.TCPStore:
 
 
 def connect(rendezvous: str, timeout_s: float) -> dist.TCPStore:
-    """A worker's connection to the store at `host:port`."""
+    """A worker's connection to the store at `host:port`. A refused connection fails at once: the
+    trainer hosts its store before it announces a version, so nobody listening means that trainer is
+    gone, and TCPStore would retry it for twice `timeout_s` while the files could bring the version."""
     import torch.distributed as dist
 
     host, _, port = rendezvous.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=timeout_s):
+        pass
     return dist.TCPStore(host, int(port), is_master=False, timeout=timedelta(seconds=timeout_s))
 
 

@@ -268,6 +268,19 @@ def test_a_vanished_trainer_is_a_broadcast_refusal(tmp_path):
     assert e.value.reason == "broadcast" and buckets
 
 
+def test_a_trainer_whose_store_stopped_listening_is_refused_at_once(tmp_path):
+    store = broadcast.host_store("127.0.0.1", 0, 10)
+    update = announce_buckets("policy", 6, manifest_of(to_buckets({"w": torch.zeros(16)}, 1 << 20)),
+                              transport="broadcast", rendezvous=f"127.0.0.1:{store.port}")
+    del store  # the trainer was SIGKILLed after it announced v6
+    started = time.monotonic()
+    with pytest.raises(WeightIntegrityError, match="Connection refused") as e:
+        receive_broadcast(update, 60, str(tmp_path))
+    # TCPStore alone retries a refused connection for twice its timeout (here 120 s): the worker's
+    # weights thread would wait that long before it took the files of the next version.
+    assert e.value.reason == "broadcast" and time.monotonic() - started < 5
+
+
 def test_a_later_announcement_supersedes_earlier_ones_but_chunks_all_stay():
     from undertow.rollout.weight_subscriber import newest_announcements
     from undertow.schemas import chunk_weights
