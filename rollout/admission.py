@@ -53,11 +53,18 @@ class Admission:
         """The trainer's newest version; lower than before when it resumed from a checkpoint."""
         if self.first_seen is None:  # the count starts here
             self.first_seen = version
-        elif version < self.latest:  # and starts again from a checkpoint's version
-            self.first_seen, self.published_total, self.valve_extra = version, 0, 0
+        elif version < self.latest:
+            self.trainer_resumed(version)
         if version != self.latest:
             self.capped_since = None
         self.latest = version
+
+    def trainer_resumed(self, version: int) -> None:
+        """The trainer went back to a checkpoint's `version`: the count starts again from there. Counted
+        on from before, it would include what the resumed trainer drops as stale (made with weights
+        it replays past), and the worker would wait on the valve for experiences nobody will train."""
+        self.first_seen, self.published_total, self.valve_extra = version, 0, 0
+        self.latest, self.capped_since = version, None
 
     def weights_loaded(self, version: int) -> None:
         self.held = version

@@ -29,6 +29,20 @@ def newest_announcements(updates: list[WeightUpdate]) -> list[WeightUpdate]:
     return [u for i, u in enumerate(updates) if u.data is not None or last[u.model] == i]
 
 
+def resumed_from(updates: list[WeightUpdate], model: str, before: int) -> int | None:
+    """The version a trainer of `model` last resumed from in `updates` (an announcement lower than the
+    one before it; `before`: the last one seen earlier), None if it did not resume. Read over every
+    record, not only the newest announcement: a trainer that replays its checkpoint's steps can be
+    back above where it was within one poll."""
+    resumed = None
+    for update in updates:
+        if update.model == model:
+            if update.version < before:
+                resumed = update.version
+            before = update.version
+    return resumed
+
+
 class WeightSubscriber(threading.Thread):
     """Reads the weights topic from its beginning (compacted: the newest announcement per model), so a
     new worker gets the latest. `join_broadcast: False` (side consumers such as the evaluator) waits
@@ -54,7 +68,8 @@ class WeightSubscriber(threading.Thread):
         self.receivers: dict[str, Receiver] = {}  # by transport, built at its first update: some keep state
         self.held = -1  # the newest version brought in, by any transport
         self._halt = threading.Event()
-        self.latest_announced = 0  # version of the last chunk of our model (lower after a trainer resumed)
+        self.latest_announced = 0  # version of the last record of our model (lower after a trainer resumed)
+        self._resumed: int | None = None  # the version a trainer last resumed from, until `announced()` reads it
         self.refused: list[int] = []
         self.tokenizer = tokenizer
         self.mismatch: TokenizerMismatch | None = None
@@ -62,7 +77,9 @@ class WeightSubscriber(threading.Thread):
     def run(self) -> None:
         try:
             while not self._halt.is_set():
-                for update in newest_announcements([d.record for d in self.consumer.poll(timeout_ms=200)]):
+                updates = [d.record for d in self.consumer.poll(timeout_ms=200)]
+                self._note_announced(updates)
+                for update in newest_announcements(updates):
                     self._handle(update)
                 if not self.caught_up.is_set() and self.consumer.reached(self._end):
                     self.caught_up.set()
@@ -91,6 +108,27 @@ class WeightSubscriber(threading.Thread):
                 settled.set()
                 with self._lock:
                     self._settling.remove((settled, end))
+
+    def announced(self) -> tuple[int | None, int]:
+        """(the version a trainer resumed from since the last call, or None; the latest announced)."""
+        with self._lock:
+            resumed, self._resumed = self._resumed, None
+            return resumed, self.latest_announced
+
+    def _note_announced(self, updates: list[WeightUpdate]) -> None:
+        """What the trainer announced, before any of it is brought in (that may take a while)."""
+        versions = [u.version for u in updates if u.model == self.model]
+        if not versions:
+            return
+        resumed = resumed_from(updates, self.model, self.latest_announced)
+        if resumed is not None and not self.caught_up.is_set():  # history: counting starts where we joined
+            resumed = None
+        if resumed is not None:
+            log.warning("weights %s v%d after v%d: the trainer resumed from a checkpoint; following it back",
+                        self.model, resumed, self.latest_announced)
+        with self._lock:
+            self._resumed = self._resumed if resumed is None else resumed
+            self.latest_announced = versions[-1]
 
     def check(self) -> None:
         """Raise TokenizerMismatch once the trainer announced weights for a tokenizer not the engine's:
@@ -154,10 +192,6 @@ class WeightSubscriber(threading.Thread):
                 f"directory (kernel/models/tokenizer.py)")
             self._refuse(update, WeightIntegrityError(str(self.mismatch), "tokenizer_mismatch"))
             return
-        if update.version < self.latest_announced:
-            log.warning("weights %s v%d after v%d: the trainer resumed from a checkpoint; following it back",
-                        update.model, update.version, self.latest_announced)
-        self.latest_announced = update.version
         try:
             ready = self._bring(update)
         except WeightIntegrityError as e:

@@ -120,7 +120,10 @@ class RolloutWorker:
 
     def _swap_weights(self) -> None:
         """Between generations: load the newest verified version, if one arrived."""
-        self.admission.trainer_announced(self.subscriber.latest_announced)
+        resumed, latest = self.subscriber.announced()
+        if resumed is not None:  # the worker may not have looked while the trainer was below where it had been
+            self.admission.trainer_resumed(resumed)
+        self.admission.trainer_announced(latest)
         swapped = self.subscriber.swap_in(self.engine, self.admission.held)  # generation waits for this alone
         if swapped is None:
             return

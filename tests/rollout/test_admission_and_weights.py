@@ -114,6 +114,36 @@ def test_assembler_and_admission_follow_a_trainer_that_resumed_from_a_checkpoint
     assert [asm.add(c) for c in chunks(3, b"retrained3")][-1].blob == b"retrained3"
 
 
+def test_a_resume_seen_only_inside_one_poll_still_starts_the_count_again():
+    from undertow.rollout.weight_subscriber import newest_announcements, resumed_from
+    from undertow.schemas import WeightUpdate
+
+    def announcement(version: int, model: str = "policy") -> WeightUpdate:
+        return WeightUpdate(model=model, version=version, transport="files", uri=f"/w/{version}", total_bytes=8,
+                            sha256="0" * 64)
+
+    adm = Admission(max_staleness=1, experiences_per_version=4)
+    adm.trainer_announced(40)
+    adm.weights_loaded(40)
+    adm.published(8)
+    adm.trainer_announced(50)
+    adm.weights_loaded(49)
+    adm.published(40)
+    assert adm.reason_to_wait() is not None  # (50 - 40 + 1 + 1) * 4 = 48 published by v50
+    # Killed at v50, the trainer resumed from its v40 checkpoint and replayed to v50 while the worker's
+    # weights thread was busy: one poll holds all of it, and its newest announcement is v50 again.
+    # The 48 include experiences made with v49 that the resumed trainer drops as stale; counted on,
+    # they would hold the worker until the valve opened (cap_wait_s, 300 s by default).
+    poll = [announcement(40), announcement(7, "critic")] + [announcement(v) for v in range(41, 51)]
+    assert [u.version for u in newest_announcements(poll) if u.model == "policy"] == [50]
+    assert resumed_from(poll, "policy", before=50) == 40
+    assert resumed_from(poll, "policy", before=39) is None and resumed_from(poll, "critic", before=50) == 7
+    assert resumed_from([announcement(51), announcement(51), announcement(52)], "policy", before=51) is None
+    adm.trainer_resumed(40)
+    adm.trainer_announced(50)
+    assert adm.reason_to_wait() is None and adm.room() == 48
+
+
 def test_assembler_refuses_a_bad_checksum_and_goes_on():
     asm = WeightAssembler("policy")
     bad = chunks(2, b"abcdefgh")
