@@ -100,3 +100,21 @@ def pass_k(rewards: np.ndarray, *, k: int = 4, threshold: float = 0.5) -> np.nda
         return np.zeros_like(rewards)
     wrong = (1.0 - mean - comb(n - c - 1, k - 1) / comb(n - 1, k - 1)) / std
     return np.where(correct, (1.0 - mean) / std, wrong)
+
+
+@advantage("grpo_passk")
+def grpo_passk(rewards: np.ndarray, *, normalize: bool = True, eps: float = 1e-6) -> np.ndarray:
+    """verl's grpo_passk (from arXiv 2503.19595): only the group's best answer gets an advantage,
+    r_max − r_second (what it adds to the group's best), divided by (std + eps) with `normalize` (the
+    unbiased std, as verl's); every other answer gets 0. Ties: the first best, and then r_max −
+    r_second = 0. Unlike `pass_k`, no threshold and no k: it credits the maximum of the whole group.
+    A group of one (its other answers lost) gets 0, as in every estimator here; verl raises."""
+    if len(rewards) < 2:
+        return np.zeros_like(rewards)
+    best = int(np.argmax(rewards))
+    second = np.partition(rewards, -2)[-2]
+    out = np.zeros_like(rewards, dtype=float)
+    out[best] = rewards[best] - second
+    if normalize:
+        out[best] /= rewards.std(ddof=1) + eps
+    return out

@@ -1,4 +1,4 @@
-"""`undertow algorithms`: the algorithm presets, and what each sets."""
+"""`undertow algorithms`: the algorithm presets, what each sets, and the building blocks they use."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ from undertow.infra.cli.common import console
 
 
 def algorithms() -> None:
-    """List the algorithm presets (`algorithm: NAME` in a run file) and the settings each makes."""
+    """List the algorithm presets (`algorithm: NAME` in a run file) and the settings each makes, then
+    every registered advantage, policy loss, aggregation, KL estimator and advantage transform."""
     from undertow.infra.algorithms import presets
+    from undertow.processors.advantages import ADVANTAGES
+    from undertow.trainer.algorithms import advantage_transforms, aggregations, kl_estimators, policy_losses
 
     for name in presets.names():
         fn = presets.get(name)
@@ -19,6 +22,13 @@ def algorithms() -> None:
                       highlight=False, markup=False, soft_wrap=True)
         for key, value in flat(fn()):
             console.print(f"    {key}: {value}", highlight=False, markup=False, soft_wrap=True)
+    blocks = {"advantages (processors.pipeline: reshape's advantage)": ADVANTAGES,
+              "policy losses (trainer.algorithm.policy_loss)": policy_losses,
+              "aggregations (trainer.algorithm.aggregation)": aggregations,
+              "KL estimators (trainer.algorithm.kl.estimator)": kl_estimators,
+              "advantage transforms (trainer.algorithm.advantage_transform)": advantage_transforms}
+    for title, registry in blocks.items():
+        console.print(f"{title}: {', '.join(registry.names())}", highlight=False, markup=False, soft_wrap=True)
 
 
 def flat(settings: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:

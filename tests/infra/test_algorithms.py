@@ -68,6 +68,13 @@ def test_ppo_sets_a_critic_and_gae_and_a_file_may_tune_them():
         RunConfig.model_validate({"algorithm": "ppo", "trainer": {"algorithm": {"advantage_transform": "batch_whiten"}}})
 
 
+def test_gpg_drops_groups_without_signal_or_scales_as_verl_does():
+    paper = RunConfig.model_validate({"algorithm": "gpg"})
+    assert reshape_of(paper)["dynamic_sampling"] is True and paper.trainer.algorithm.advantage_transform is None
+    verl = RunConfig.model_validate({"algorithm": {"name": "gpg", "verl_alpha": True}})
+    assert "dynamic_sampling" not in reshape_of(verl) and verl.trainer.algorithm.advantage_transform == "gpg"
+
+
 def test_a_stage_keeps_its_own_settings_over_the_preset(tmp_path):
     stages = [{"name": "warmup", "steps": 2, "processors": {"pipeline": ["clean"]},
                "trainer": {"algorithm": {"objective": "sft"}}}, {"name": "rl", "steps": 2}]
@@ -106,3 +113,9 @@ def test_undertow_algorithms_lists_each_preset_with_what_it_sets():
     assert "opo(): OPO: On-Policy RL with Optimal reward baseline (Hao et al. 2025, eq. 5-6)." in lines
     assert "    rollout.max_staleness: 0" in lines[lines.index(next(l for l in lines if l.startswith("opo("))):]
     assert "    trainer.algorithm.policy_loss: {'name': 'gmpo', 'eps_low': 0.4, 'eps_high': 0.4}" in lines
+    blocks = {line.split(" (")[0]: line.split(": ", 1)[1].split(", ") for line in lines if not line.startswith(" ")
+              and "(" in line and not line.split("(")[0] in BUILT_IN}
+    assert blocks["policy losses"] == policy_losses.names() and "dro" in blocks["policy losses"]
+    assert blocks["aggregations"] == aggregations.names() and "token_sum" in blocks["aggregations"]
+    assert "abs" in blocks["KL estimators"] and "gae" in blocks["advantage transforms"]
+    assert "grpo" in blocks["advantages"]

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 from undertow.processors.advantages import ADVANTAGES, ReinforceBaseline, dr_grpo, grpo, opo, rloo
 from undertow.processors.shaping import clip, length_penalty, overlong, scale
@@ -118,3 +119,36 @@ def test_pass_k_edge_cases_give_zero():
     assert pass_k(np.array([1.0, 0.0, 0.0]), k=8).tolist() == [0.0] * 3  # k > N: k = N, the one subset passes
     with pytest.raises(ValueError, match="k: expected at least 1"):
         pass_k(R, k=0)
+
+
+def verl_grpo_passk(scores: torch.Tensor, index: list[int], norm_adv_by_std_in_grpo: bool = True,
+                    epsilon: float = 1e-6) -> torch.Tensor:
+    """verl's compute_grpo_passk_outcome_advantage, per sequence (before the response mask)."""
+    advantages = torch.zeros_like(scores)
+    for idx in sorted(set(index)):
+        members = [i for i, g in enumerate(index) if g == idx]
+        rewards = scores[members]
+        topk, topk_idx = torch.topk(rewards, 2)
+        advantage = topk[0] - topk[1]
+        if norm_adv_by_std_in_grpo:
+            advantage = advantage / (torch.std(rewards) + epsilon)
+        advantages[members[topk_idx[0].item()]] = advantage
+    return advantages
+
+
+def test_grpo_passk_by_hand_and_against_verl():
+    from undertow.processors.advantages import grpo_passk
+
+    # Best 0.9, second 0.5: only the best gets 0.4 (÷ the unbiased std with normalize).
+    rewards = np.array([0.5, 0.9, 0.1, 0.5])
+    np.testing.assert_allclose(grpo_passk(rewards, normalize=False), [0.0, 0.4, 0.0, 0.0])
+    np.testing.assert_allclose(grpo_passk(rewards), [0.0, 0.4 / (rewards.std(ddof=1) + 1e-6), 0.0, 0.0])
+    np.testing.assert_allclose(grpo_passk(np.array([1.0, 0.0, 1.0, 0.0])), 0.0)  # a tie at the top: nothing
+    np.testing.assert_allclose(grpo_passk(np.array([1.0])), [0.0])
+    g = np.random.default_rng(0)
+    groups = [g.random(6) for _ in range(3)] + [np.array([0.0, 1.0, 0.0, 0.0])]
+    index = [i for i, group in enumerate(groups) for _ in group]
+    scores = torch.tensor(np.concatenate(groups), dtype=torch.float64)
+    for normalize in (True, False):
+        ours = np.concatenate([grpo_passk(group, normalize=normalize) for group in groups])
+        np.testing.assert_allclose(ours, verl_grpo_passk(scores, index, normalize).numpy(), rtol=1e-12)

@@ -166,6 +166,25 @@ def test_clipped_value_loss_against_verl_and_finite_when_masked():
     assert torch.isfinite(inf.token_loss).all() and out.token_loss[2].tolist() == [0.0] * 5
 
 
+def test_a_value_inside_the_clip_is_not_counted_as_clipped_for_a_rounding():
+    # float32, |V − V_old| = 0.084 < ε_v = 0.2: V_old + (V − V_old) rounds to V + 1 ulp here, which made
+    # the "clipped" branch 3.7e-9 larger than the unclipped one, and counted the token as clipped.
+    old, values, returns = (torch.tensor([[x]]) for x in (-0.09553485363721848, -0.01131531037390232,
+                                                           -0.15348248183727264))
+    assert (old + (values - old)).item() != values.item()  # the rounding this test is about
+    out = clipped_value_loss(values, old, returns, torch.ones(1, 1), 0.2)
+    assert out.metrics["vf_clip_fraction"] == 0.0
+    assert out.token_loss.item() == 0.5 * ((values - returns) ** 2).item()
+    # Over many tokens inside the clip, the fraction is 0 (it was 8% in float32, 7% in float64).
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.float64):
+        old, values = ((torch.rand(10_000, 1, generator=g, dtype=dtype) - 0.5) * 0.2 for _ in range(2))
+        returns = (torch.rand(10_000, 1, generator=g, dtype=dtype) - 0.5) * 0.4
+        out = clipped_value_loss(values, old, returns, torch.ones_like(values), 0.2)
+        assert out.metrics["vf_clip_fraction"] == 0.0, dtype
+        assert out.metrics["vf_clip_fraction"] == verl_value_loss(values, returns, old, torch.ones_like(values), 0.2)[1]
+
+
 def test_explained_variance():
     mask = t([[1, 1, 1, 1]])
     returns = t([[1.0, 2.0, 3.0, 4.0]])  # population variance 1.25

@@ -4,8 +4,8 @@ trainer-side advantage transforms.
 Importing this package registers every built-in; a config names one by short name or dotted path.
 """
 
-from . import (advantage, aggregation, cispo, decoupled_ppo, dppo, entropy_cov, gae, gmpo, gspo, kl,  # noqa: F401
-               ppo, reinforce, sapo)
+from . import (advantage, aggregation, cispo, decoupled_ppo, dppo, dro, entropy_cov, gae, gmpo, gspo,  # noqa: F401
+               kl, ppo, reinforce, sapo)
 from .base import (AdvantageInputs, AdvantageOut, LossOut, PolicyInputs, Totals, advantage_transforms, aggregations, kl_estimators,
                    masked, masked_mean, policy_losses)
 from .dpo import DPOOut, dpo_loss, preference_losses

@@ -11,6 +11,7 @@ the returns the critic regresses on; configuring it requires `trainer.critic`.
     batch_whiten   A_t ← whiten(A_t − β KL_t)                       REINFORCE++-baseline's second half
     reinforce_pp   r_t = −β KL_t (+ the outcome reward on the last trained token)
                    G_t = Σ_{s≥t} γ^(s−t) r_s,   A_t = whiten(G_t)    REINFORCE++ (Hu 2025)
+    gpg            A_i ← α A_i / f_norm,  α = B / #{i : r_i ≠ 0}      GPG as verl computes it
 with whiten(x) = (x − mean) / sqrt(var + 1e-8): mean and the unbiased variance over every trained
 token of the step (verl's masked_whiten).
 """
@@ -74,6 +75,18 @@ def reinforce_pp(inp: AdvantageInputs, *, gamma: float = 1.0) -> torch.Tensor:
         raise ValueError(f"gamma: expected a discount in [0, 1], got {gamma}")
     token_rewards = outcome_rewards(inp.rewards, inp.mask) - inp.kl_penalty  # [B, L]
     return whiten(discounted_returns(token_rewards, inp.mask, gamma), inp.mask)
+
+
+@advantage_transforms.register("gpg")
+def gpg(inp: AdvantageInputs, *, f_norm: float = 1.0) -> torch.Tensor:
+    """GPG's correction as verl's compute_gpg_outcome_advantage makes it: the processors' r − mean
+    (`dr_grpo`) times α = B / (the step's sequences with a non-zero reward), divided by `f_norm`.
+    The paper's α = B / (B − M) counts the M samples of groups with no signal instead; the `gpg`
+    preset's default gets that correction by dropping those groups (dynamic sampling)."""
+    if f_norm <= 0:
+        raise ValueError(f"f_norm: expected a normaliser > 0, got {f_norm}")
+    alpha = inp.rewards.shape[0] / max(int(torch.count_nonzero(inp.rewards)), 1)
+    return masked(inp.advantages * (alpha / f_norm), inp.mask)
 
 
 def outcome_rewards(rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,8 @@
 """How per-token losses [B, T] become one number. The choice changes what long answers weigh.
 
 token_mean            Σ_i,t L / Σ_i,t m            every token weighs the same (DAPO, eq. 12)
+token_sum             Σ_i,t L                      the same, unnormalised: the step's size grows with its
+                                                   tokens (verl's token-sum; lr scaled to match)
 seq_mean_token_sum    1/B Σ_i Σ_t L                every sequence's summed loss (REINFORCE as written)
 seq_mean_token_mean   1/B Σ_i (Σ_t L / Σ_t m)      GRPO's original (Shao et al. 2024, eq. 3)
 seq_mean_token_sum_norm Σ_i,t L / (B · max_tokens) constant normaliser, no length bias: Dr. GRPO's
@@ -22,6 +24,11 @@ from .base import Totals, aggregations, masked
 def token_mean(token_loss: torch.Tensor, mask: torch.Tensor, totals: Totals | None = None) -> torch.Tensor:
     totals = totals or Totals.of(mask)
     return masked(token_loss, mask).sum() / max(totals.tokens, 1.0)
+
+
+@aggregations.register("token_sum")
+def token_sum(token_loss: torch.Tensor, mask: torch.Tensor, totals: Totals | None = None) -> torch.Tensor:
+    return masked(token_loss, mask).sum()  # a sum needs no totals: the micro-batches' sums add up
 
 
 @aggregations.register("seq_mean_token_sum")

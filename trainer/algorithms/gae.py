@@ -66,12 +66,14 @@ gae.needs_values = True  # the step builds and trains a critic for it (trainer.c
 def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
                        clip: float | None) -> LossOut:
     """PPO2's value loss per token, ½ max((V − R)², (clip(V, V_old ± ε_v) − R)²) [B, T] (None: the plain
-    ½ (V − R)²), and the fraction of trained tokens where the clipped branch was the larger."""
+    ½ (V − R)²), and the fraction of trained tokens where the clipped branch was the larger. V is
+    clamped into [V_old − ε_v, V_old + ε_v] itself, as verl does: V_old + clamp(V − V_old) is V only up
+    to rounding, and a branch larger by 1e-18 counted as clipped (8% of tokens inside the clip)."""
     unclipped = (values - returns) ** 2  # [B, T]
     if clip is None:
         token_loss, bit = 0.5 * unclipped, torch.zeros_like(mask, dtype=torch.bool)
     else:
-        clipped = (old_values + (values - old_values).clamp(-clip, clip) - returns) ** 2  # [B, T]
+        clipped = (torch.clamp(values, old_values - clip, old_values + clip) - returns) ** 2  # [B, T]
         token_loss, bit = 0.5 * torch.maximum(unclipped, clipped), clipped > unclipped
     metrics = {"vf_clip_fraction": masked_mean(bit.to(values.dtype), mask).item(),
                "value_pred_mean": masked_mean(values.detach(), mask).item()}

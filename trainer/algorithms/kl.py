@@ -4,6 +4,7 @@ Estimators of Schulman (2020), "Approximating KL Divergence", with log r = log �
     k1 = −log r                 unbiased, high variance, can be negative
     k2 = ½ (log r)²             biased, low variance
     k3 = (r − 1) − log r        unbiased, low variance, always ≥ 0
+    abs = |log r|               biased (an upper bound of k1's mean), verl's `abs`
 k3 grows like e^|log r|: as verl does, log r is clamped to ±20 and k3 to ≤ 10, so that one token
 far from the reference cannot dominate (or overflow) the loss and its gradient. verl calls this
 clamped k3 `low_var_kl`; both names are registered.
@@ -36,6 +37,11 @@ def k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 @kl_estimators.register("k2")
 def k2(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return 0.5 * (ref_logp - logp) ** 2  # [B, T]
+
+
+@kl_estimators.register("abs")
+def abs_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    return (logp - ref_logp).abs()  # [B, T]; its gradient is sign(log π_θ − log π_ref)
 
 
 @kl_estimators.register("k3")

@@ -1,0 +1,116 @@
+"""Issue 49's pieces with a counterpart in verl 0.9.1 (DRO, the `abs` KL estimator, token-sum
+aggregation): by hand, and against verl's formulas from core_algos.py, written out here as they are
+written there, on the same tensors (values and, for losses, gradients)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from undertow.trainer.algorithms import aggregations, kl_estimators, policy_losses
+
+from .test_losses import inputs
+from .test_losses_reference import batch, random_batch
+
+
+def verl_agg_loss(loss_mat, loss_mask, loss_agg_mode, dp_size=1):
+    """verl's agg_loss for the two modes compared here (one rank's share; the ranks' mean undoes dp_size)."""
+    if loss_agg_mode == "token-mean":
+        return (loss_mat * loss_mask).sum() / loss_mask.sum() * dp_size
+    if loss_agg_mode == "token-sum":
+        return (loss_mat * loss_mask).sum() * dp_size
+    raise ValueError(loss_agg_mode)
+
+
+def verl_dro(old_log_prob, log_prob, advantages, response_mask, beta, loss_agg_mode="token-mean"):
+    """verl's compute_policy_loss_dro."""
+    log_ratio = log_prob - old_log_prob
+    pg_losses = -(log_prob * advantages - 0.5 * beta * log_ratio.square())
+    return verl_agg_loss(pg_losses, response_mask, loss_agg_mode)
+
+
+def test_dro_by_hand():
+    # A = 2 and 1; log π_θ − log π_old = 0.5 and 0; β = 0.4:
+    #   L_1 = −(2 · (−1) − ½ · 0.4 · 0.25) = 2.05,   ∂L_1/∂log π = −(2 − 0.4 · 0.5) = −1.8
+    #   L_2 = −(1 · (−2) − 0) = 2,                    ∂L_2/∂log π = −1
+    inp, logp = inputs([-1.0, -2.0], [-9.0, -9.0], [2.0, 1.0], proximal=[-1.5, -2.0])
+    out = policy_losses.get("dro")(inp, logp, beta=0.4)
+    assert out.token_loss[0].tolist() == pytest.approx([2.05, 2.0])
+    out.token_loss.sum().backward()
+    assert logp.grad[0].tolist() == pytest.approx([-1.8, -1.0])
+    assert out.metrics["ratio_mean"] == pytest.approx((math.exp(0.5) + 1) / 2)
+    with pytest.raises(ValueError, match="beta"):
+        policy_losses.get("dro")(inp, logp, beta=0.0)
+
+
+@pytest.mark.parametrize("agg", ["token_mean", "token_sum"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_dro_matches_verl_in_value_and_gradient(seed, agg):
+    logp, old, adv, mask = random_batch(seed)
+    expected_lp = logp.clone().requires_grad_(True)
+    mode = agg.replace("_", "-")
+    expected = verl_dro(old, expected_lp, adv, mask, beta=0.7, loss_agg_mode=mode)
+    expected.backward()
+    inp, lp = batch(logp.tolist(), old.tolist(), adv.tolist(), mask.tolist())
+    inp.proximal_logp = old  # verl's old_log_prob: the actor's own at the step's start
+    ours = aggregations.get(agg)(policy_losses.get("dro")(inp, lp, beta=0.7).token_loss, inp.mask)
+    ours.backward()
+    assert ours.item() == pytest.approx(expected.item(), rel=1e-12)
+    assert torch.allclose(lp.grad, expected_lp.grad, rtol=1e-12, atol=1e-15)
+
+
+def test_token_sum_adds_up_over_micro_batches_as_verl_does_over_ranks():
+    loss = torch.tensor([[1.0, 2.0, 0.0], [3.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    assert aggregations.get("token_sum")(loss, mask).item() == 6.0
+    assert aggregations.get("token_sum")(loss, mask).item() == verl_agg_loss(loss, mask, "token-sum").item()
+    # Two micro-batches (or ranks, each scaled by dp_size and averaged) sum to the whole batch's.
+    halves = sum(aggregations.get("token_sum")(loss[i:i + 1], mask[i:i + 1]) for i in range(2))
+    ranks = sum(verl_agg_loss(loss[i:i + 1], mask[i:i + 1], "token-sum", dp_size=2) for i in range(2)) / 2
+    assert halves.item() == ranks.item() == 6.0
+
+
+def test_abs_kl_matches_verl():
+    logp = torch.tensor([math.log(0.5), math.log(0.25), -1.0], requires_grad=True)
+    ref = torch.tensor([math.log(0.25), math.log(0.5), -1.0])
+    kl = kl_estimators.get("abs")(logp, ref)
+    assert kl.tolist() == pytest.approx([math.log(2), math.log(2), 0.0])
+    assert torch.equal(kl, (logp - ref).abs())  # verl's kl_penalty_forward, "abs"
+    kl.sum().backward()
+    assert logp.grad.tolist() == [1.0, -1.0, 0.0]  # sign(log π_θ − log π_ref); 0 at equality
+
+
+def verl_gpg(token_level_rewards, response_mask, index, f_norm=1.0):
+    """verl's compute_gpg_outcome_advantage."""
+    scores = token_level_rewards.sum(dim=-1).clone()
+    bsz = scores.shape[0]
+    alpha = bsz / torch.count_nonzero(scores).clamp(min=1)
+    groups = {}
+    for i in range(bsz):
+        groups.setdefault(index[i], []).append(scores[i])
+    mean = {idx: torch.mean(torch.stack(s)) if len(s) > 1 else torch.tensor(0.0) for idx, s in groups.items()}
+    for i in range(bsz):
+        scores[i] = alpha * (scores[i] - mean[index[i]]) / f_norm
+    return scores.unsqueeze(-1) * response_mask
+
+
+def test_gpg_transform_matches_verl():
+    from undertow.processors.advantages import dr_grpo
+    from undertow.trainer.algorithms import AdvantageInputs, advantage_transforms
+
+    # Two groups of 3: rewards [1, 0, 0] and [1, 1, 0]: 3 of 6 non-zero, α = 2.
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0], dtype=torch.float64)
+    index = [0, 0, 0, 1, 1, 1]
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]], dtype=torch.float64)
+    group_adv = torch.tensor([a for g in (rewards[:3], rewards[3:]) for a in dr_grpo(g.numpy())], dtype=torch.float64)
+    inp = AdvantageInputs(mask, group_adv[:, None] * mask, rewards, torch.zeros_like(mask))
+    ours = advantage_transforms.get("gpg")(inp)
+    assert ours[0, 0].item() == pytest.approx(2 * (1 - 1 / 3)) and ours[0, 2].item() == 0.0
+    token_rewards = torch.zeros_like(mask)
+    token_rewards[:, 0] = rewards  # verl sums the token rewards to the score
+    assert torch.allclose(ours, verl_gpg(token_rewards, mask, index), rtol=1e-12, atol=0)
+    assert torch.allclose(advantage_transforms.get("gpg")(inp, f_norm=4.0), verl_gpg(token_rewards, mask, index, 4.0))
+    none = AdvantageInputs(mask, torch.zeros_like(mask), torch.zeros(6, dtype=torch.float64), torch.zeros_like(mask))
+    assert advantage_transforms.get("gpg")(none).abs().sum() == 0  # no reward at all: α's count is held at 1
