@@ -140,7 +140,10 @@ class AlgorithmConfig(_Section):
     entropy_coef: float = Field(0.0, description="entropy bonus weight (loss −= coef · entropy)")
     dpo_beta: float = Field(0.1, gt=0, description="DPO's β")
     preference_loss: Entry = Field("sigmoid", description="dpo's loss of the pair margin: sigmoid (DPO), robust "
-                                                          "(label smoothing), hinge (SLiC), ipo; or a dotted path")
+                                                          "(label smoothing), hinge (SLiC), ipo, sigmoid_norm (the "
+                                                          "margin of per-token log-ratios); or a dotted path")
+    dpo_sft_weight: float = Field(0.0, ge=0, description="α of DPO + SFT (RPO; TRL's loss_type [sigmoid, sft]): "
+                                                          "α times the chosen answers' token-mean NLL is added")
     kto: KTOConfig = Field(default_factory=KTOConfig, description="objective kto's β and λ_D, λ_U")
     simpo: SimPOConfig = Field(default_factory=SimPOConfig, description="objective simpo's β and γ")
     orpo: ORPOConfig = Field(default_factory=ORPOConfig, description="objective orpo's λ")

@@ -133,6 +133,66 @@ def test_simpo_and_orpo_objectives_match_independent_log_probs():
     assert not objectives.get("orpo")(AlgorithmConfig()).needs_reference
 
 
+def trl_dpo(chosen_logps, rejected_logps, ref_chosen_logps, ref_rejected_logps, chosen_mask, rejected_mask,
+            chosen_per_token_logps, beta, loss_types, loss_weights):
+    """TRL 1.16's DPOTrainer loss for loss types "sigmoid_norm" and "sft" (the reverse-KL f-divergence):
+    Σ_k w_k · mean over the batch of each type's per-sequence loss."""
+    chosen_scores, rejected_scores = chosen_logps - ref_chosen_logps, rejected_logps - ref_rejected_logps
+    loss = 0.0
+    for loss_type, weight in zip(loss_types, loss_weights):
+        if loss_type == "sigmoid_norm":
+            delta = chosen_scores / chosen_mask.sum(dim=1).clamp(min=1.0) - rejected_scores / rejected_mask.sum(dim=1).clamp(min=1.0)
+            per_sequence_loss = -F.logsigmoid(beta * delta)
+        elif loss_type == "sft":
+            per_sequence_loss = (-chosen_per_token_logps[chosen_mask.bool()].mean()).expand(chosen_logps.shape[0])
+        loss = loss + weight * per_sequence_loss.mean()
+    return loss
+
+
+def test_dpo_sigmoid_norm_and_sft_match_trl_in_value_and_gradient():
+    from undertow.trainer.algorithms import dpo_loss, preference_losses
+
+    g = torch.Generator().manual_seed(3)
+    chosen_tokens = -torch.rand(4, 6, generator=g, dtype=torch.float64) * 3  # per-token log-probs, [P, T]
+    rejected_tokens = -torch.rand(4, 6, generator=g, dtype=torch.float64) * 3
+    chosen_mask = (torch.arange(6) < torch.tensor([[6], [2], [4], [1]])).double()  # lengths 6, 2, 4, 1
+    rejected_mask = (torch.arange(6) < torch.tensor([[3], [6], [1], [5]])).double()
+    refs = (-torch.rand(4, generator=g, dtype=torch.float64) * 8, -torch.rand(4, generator=g, dtype=torch.float64) * 8)
+    beta, alpha = 0.3, 0.5
+
+    def ours_of(c, r):
+        summed_c, summed_r = (c * chosen_mask).sum(-1), (r * rejected_mask).sum(-1)
+        out = dpo_loss(summed_c, summed_r, *refs, beta=beta, loss=preference_losses.resolve("sigmoid_norm").bind(),
+                       lengths=(chosen_mask.sum(-1), rejected_mask.sum(-1)))
+        return out.loss + alpha * -summed_c.sum() / chosen_mask.sum()
+
+    c1, r1 = chosen_tokens.clone().requires_grad_(True), rejected_tokens.clone().requires_grad_(True)
+    c2, r2 = chosen_tokens.clone().requires_grad_(True), rejected_tokens.clone().requires_grad_(True)
+    ours = ours_of(c1, r1)
+    trl = trl_dpo((c2 * chosen_mask).sum(-1), (r2 * rejected_mask).sum(-1), *refs, chosen_mask, rejected_mask, c2,
+                  beta, ["sigmoid_norm", "sft"], [1.0, alpha])
+    (ours + trl).backward()  # the two graphs share nothing: each gets its own gradient
+    assert ours.item() == pytest.approx(trl.item(), rel=1e-12)
+    torch.testing.assert_close(c1.grad, c2.grad, rtol=1e-12, atol=1e-15)
+    torch.testing.assert_close(r1.grad, r2.grad, rtol=1e-12, atol=1e-15)
+    # By hand for one pair: log-ratios 1.2 over 3 tokens and −0.4 over 2: m̄ = 0.4 + 0.2 = 0.6.
+    one = lambda v: torch.tensor([v], dtype=torch.float64)
+    out = dpo_loss(one(1.2), one(-0.4), one(0.0), one(0.0), beta=1.0, loss=preference_losses.resolve("sigmoid_norm").bind(),
+                   lengths=(one(3.0), one(2.0)))
+    assert out.loss.item() == pytest.approx(math.log(1 + math.exp(-0.6))) and out.reward_margin == pytest.approx(0.6)
+
+
+def test_the_dpo_objective_with_sft_matches_independent_log_probs():
+    model, ref, pair = policy(), build_model(SPEC).double(), a_pair()
+    lp = lambda m, response: sum(behaviour_logprobs(pair.prompt_tokens, response, m))
+    c, r = lp(model, pair.chosen_tokens), lp(model, pair.rejected_tokens)
+    margin = (c - lp(ref, pair.chosen_tokens)) / len(pair.chosen_tokens) - (r - lp(ref, pair.rejected_tokens)) / len(pair.rejected_tokens)
+    out = run("dpo", [pair], model, ref, dpo_beta=0.5, **RPO)
+    want = math.log(1 + math.exp(-0.5 * margin)) + 0.5 * -c / len(pair.chosen_tokens)
+    assert out.loss.item() == pytest.approx(want, rel=1e-6)
+    assert out.parts["loss"] == pytest.approx(out.parts["preference_loss"] + 0.5 * out.parts["nll_loss"])
+
+
 def varied_pairs(n: int = 6, seed: int = 0) -> list[PreferencePair]:
     import random
 
@@ -156,12 +216,16 @@ def grads(model) -> dict[str, torch.Tensor]:
     return {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("name", ["dpo", "kto", "simpo", "orpo"])
-def test_micro_batches_and_ranks_add_up_to_the_one_pass_in_fp64(name):
+RPO = {"preference_loss": "sigmoid_norm", "dpo_sft_weight": 0.5}  # DPO on per-token margins, plus the chosen NLL
+
+
+@pytest.mark.parametrize("name, extra", [("dpo", {}), ("dpo", RPO), ("kto", {}), ("simpo", {}), ("orpo", {})],
+                         ids=["dpo", "dpo-sigmoid_norm-sft", "kto", "simpo", "orpo"])
+def test_micro_batches_and_ranks_add_up_to_the_one_pass_in_fp64(name, extra):
     from undertow.trainer.step import StepShape, Tally, accumulate, plan
 
     records, ref = varied_pairs(), build_model(SPEC).double()
-    objective = objectives.get(name)(AlgorithmConfig(objective=name, kto={"beta": 0.5}))
+    objective = objectives.get(name)(AlgorithmConfig(objective=name, kto={"beta": 0.5}, **extra))
     one = policy()
     whole = objective.loss(one, _double(objective.collate(records, pad_id=0, pad_to_multiple=1)), ref,
                            objective.totals(records))
