@@ -1,6 +1,7 @@
 """Issue 49's pieces with a counterpart in verl 0.9.1 (DRO, the `abs` KL estimator, token-sum
-aggregation): by hand, and against verl's formulas from core_algos.py, written out here as they are
-written there, on the same tensors (values and, for losses, gradients)."""
+aggregation, GPG's α) or TRL 1.16 (VESPO): by hand, and against the reference's formulas (verl's
+core_algos.py, TRL's GRPOTrainer), written out here as they are written there, on the same tensors
+(values and, for losses, gradients)."""
 
 from __future__ import annotations
 
@@ -114,3 +115,46 @@ def test_gpg_transform_matches_verl():
     assert torch.allclose(advantage_transforms.get("gpg")(inp, f_norm=4.0), verl_gpg(token_rewards, mask, index, 4.0))
     none = AdvantageInputs(mask, torch.zeros_like(mask), torch.zeros(6, dtype=torch.float64), torch.zeros_like(mask))
     assert advantage_transforms.get("gpg")(none).abs().sum() == 0  # no reward at all: α's count is held at 1
+
+
+def trl_vespo(per_token_logps, old_per_token_logps, advantages, mask, k_pos=2.0, lambda_pos=3.0, k_neg=3.0,
+              lambda_neg=2.0):
+    """TRL 1.16's GRPOTrainer, loss_type "vespo" (get_gamma_weights without an IS ratio; the "dapo"
+    normaliser over the batch's tokens); advantages [B, 1]."""
+    log_ratio = per_token_logps - old_per_token_logps
+    with torch.no_grad():
+        lower_clamp = math.log(1e-8)
+        seq_log_ratio = torch.sum(torch.clamp(log_ratio, -20.0, 20.0) * mask, dim=-1, keepdim=True)
+        log_w_seq = torch.clamp(seq_log_ratio, lower_clamp, 20.0)
+        w_seq = torch.exp(log_w_seq)
+        is_nonneg_adv = advantages >= 0
+        k_seq = torch.where(is_nonneg_adv, k_pos, k_neg)
+        lambda_seq = torch.where(is_nonneg_adv, lambda_pos, lambda_neg).clamp(min=1e-4)
+        phi_seq = torch.exp(lambda_seq + k_seq * log_w_seq - lambda_seq * w_seq).nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
+    per_token_loss = -phi_seq * advantages * per_token_logps
+    return (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def test_vespo_by_hand():
+    # One token, log w = log 2, A = +1 (k 2, λ 3): φ = e^3 · 4 · e^−6 = 4 e^−3; L = −φ · log π.
+    inp, logp = inputs([math.log(0.5)], [math.log(0.25)], [1.0])
+    out = policy_losses.get("vespo")(inp, logp)
+    assert out.token_loss[0, 0].item() == pytest.approx(-4 * math.exp(-3) * math.log(0.5))
+    out.token_loss.sum().backward()
+    assert logp.grad[0, 0].item() == pytest.approx(-4 * math.exp(-3))  # φ carries no gradient
+    # w = 1 gives φ = 1 whatever k and λ: the on-policy loss is REINFORCE's.
+    inp, logp = inputs([-1.0, -2.0], [-1.0, -2.0], [-0.5, -0.5])
+    assert policy_losses.get("vespo")(inp, logp).token_loss[0].tolist() == pytest.approx([-0.5, -1.0])
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_vespo_matches_trl_in_value_and_gradient(seed):
+    logp, behaviour, adv, mask = random_batch(seed)
+    expected_lp = logp.clone().requires_grad_(True)
+    expected = trl_vespo(expected_lp, behaviour, adv[:, :1], mask)
+    expected.backward()
+    inp, lp = batch(logp.tolist(), behaviour.tolist(), adv.tolist(), mask.tolist())
+    ours = aggregations.get("token_mean")(policy_losses.get("vespo")(inp, lp).token_loss, inp.mask)
+    ours.backward()
+    assert ours.item() == pytest.approx(expected.item(), rel=1e-12)
+    assert torch.allclose(lp.grad, expected_lp.grad, rtol=1e-12, atol=1e-15)

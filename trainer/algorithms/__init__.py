@@ -5,7 +5,7 @@ Importing this package registers every built-in; a config names one by short nam
 """
 
 from . import (advantage, aggregation, cispo, decoupled_ppo, dppo, dro, entropy_cov, gae, gmpo, gspo,  # noqa: F401
-               kl, ppo, reinforce, sapo)
+               kl, ppo, reinforce, sapo, vespo)
 from .base import (AdvantageInputs, AdvantageOut, LossOut, PolicyInputs, Totals, advantage_transforms, aggregations, kl_estimators,
                    masked, masked_mean, policy_losses)
 from .dpo import DPOOut, dpo_loss, preference_losses
@@ -21,6 +21,6 @@ __all__ = ["AdvantageInputs", "AdvantageOut", "DPOOut", "LossOut", "PolicyInputs
 # (see each file's equations), so it can learn from an older policy's records, stale or replayed. A
 # user's loss says the same with the same attribute; replay (trainer/config.py) refuses one without it.
 WEIGHS_BEHAVIOUR = ("ppo_clip", "dapo", "gspo", "gmpo", "cispo", "sapo", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl",
-                    "reinforce", "truncated_is", "decoupled_ppo")
+                    "reinforce", "truncated_is", "decoupled_ppo", "vespo")
 for _name in WEIGHS_BEHAVIOUR:
     policy_losses.get(_name).weighs_behaviour = True
