@@ -102,6 +102,21 @@ class KLConfig(_Section):
         return self
 
 
+class RolloutCorrectionConfig(_Section):
+    """Importance weights for the engine/trainer mismatch (trainer/algorithms/rollout_correction.py)."""
+
+    level: Literal["token", "sequence"] = Field("token", description="a weight per token, or the answer's product")
+    threshold: float = Field(2.0, gt=0, description="C: TIS caps the weight at it (verl's rollout_is_threshold)")
+    lower: float | None = Field(None, gt=0, description="with it, MIS: a weight outside [lower, threshold] drops "
+                                                        "its token (answer) instead (verl's 'lower_upper')")
+
+    @model_validator(mode="after")
+    def _a_band(self) -> "RolloutCorrectionConfig":
+        if self.lower is not None and self.lower > self.threshold:
+            raise ValueError(f"lower: {self.lower} is above threshold {self.threshold}")
+        return self
+
+
 class KTOConfig(_Section):
     """KTO (objective `kto`): chosen answers desirable, rejected ones undesirable, around z0 (trainer/algorithms/kto.py)."""
 
@@ -137,6 +152,9 @@ class AlgorithmConfig(_Section):
         None, description="applied once per step over the whole batch before it is cut up: batch_whiten, "
                           "reinforce_pp, or a dotted path (None: the processors' advantages as they are)")
     kl: KLConfig = Field(default_factory=KLConfig, description="KL to the reference model")
+    rollout_correction: RolloutCorrectionConfig | None = Field(
+        None, description="weigh each token by π_old/π_rollout (the trainer's log-probs over the engine's), TIS or "
+                          "MIS, with π_old as the loss's sampling policy (verl's decoupled rollout_is); null: off")
     entropy_coef: float = Field(0.0, description="entropy bonus weight (loss −= coef · entropy)")
     dpo_beta: float = Field(0.1, gt=0, description="DPO's β")
     preference_loss: Entry = Field("sigmoid", description="dpo's loss of the pair margin: sigmoid (DPO), robust "

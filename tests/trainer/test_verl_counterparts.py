@@ -158,3 +158,91 @@ def test_vespo_matches_trl_in_value_and_gradient(seed):
     ours.backward()
     assert ours.item() == pytest.approx(expected.item(), rel=1e-12)
     assert torch.allclose(lp.grad, expected_lp.grad, rtol=1e-12, atol=1e-15)
+
+
+def verl_rollout_is_weights(log_ratio, response_mask, rollout_is, threshold):
+    """verl's compute_rollout_correction_weights (no batch normalisation): `threshold` a float (TIS) or a
+    "lower_upper" string (IcePop)."""
+    if isinstance(threshold, str):
+        lower, upper = (float(x) for x in threshold.split("_", 1))
+    else:
+        lower, upper = None, float(threshold)
+    if rollout_is == "token":
+        raw = torch.exp(torch.clamp(log_ratio, min=-20.0, max=20.0))
+    else:
+        log_ratio_sum = (log_ratio * response_mask).sum(dim=-1).unsqueeze(-1)
+        raw = torch.exp(torch.clamp(log_ratio_sum, min=-20.0, max=20.0)).expand_as(log_ratio)
+    raw = raw * response_mask
+    if lower is None:
+        return raw.clamp(max=upper).detach()
+    kept = (raw >= lower) & (raw <= upper)
+    return torch.where(kept, raw, torch.zeros_like(raw)).detach()
+
+
+def verl_vanilla_with_rollout_is(old_log_prob, log_prob, advantages, response_mask, rollout_is_weights, clip=0.2,
+                                 clip_ratio_c=3.0):
+    """verl's compute_policy_loss_vanilla (symmetric clip, dual clip 3), token-mean, pg_losses × rollout_is_weights."""
+    ratio = torch.exp(torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0))
+    pg_losses1 = -advantages * ratio
+    pg_losses2 = -advantages * torch.clamp(ratio, 1 - clip, 1 + clip)
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+    pg_losses3 = -advantages * clip_ratio_c
+    clip_pg_losses2 = torch.min(pg_losses3, clip_pg_losses1)
+    pg_losses = torch.where(advantages < 0, clip_pg_losses2, clip_pg_losses1)
+    pg_losses = pg_losses * rollout_is_weights
+    return (pg_losses * response_mask).sum() / response_mask.sum()
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("band", [(None, 1.15), (0.8, 1.2)], ids=["tis", "mis"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_rollout_correction_matches_verl_in_value_and_gradient(seed, band, level):
+    from undertow.trainer.algorithms.rollout_correction import rollout_weights
+
+    logp, behaviour, adv, mask = random_batch(seed, b=8)  # behaviour: the engine's log-probs
+    g = torch.Generator().manual_seed(seed + 10)
+    proximal = behaviour + (torch.rand(behaviour.shape, generator=g, dtype=torch.float64) - 0.5) * 0.6  # the trainer's
+    lower, upper = band
+    threshold = upper if lower is None else f"{lower}_{upper}"
+    expected_w = verl_rollout_is_weights(proximal - behaviour, mask, level, threshold)
+    w, metrics = rollout_weights(proximal, behaviour, mask, level=level, threshold=upper, lower=lower)
+    torch.testing.assert_close(w, expected_w, rtol=1e-12, atol=0)
+    assert 0 < metrics["rollout_is_cut_fraction"] < 1, metrics  # the band bites on some tokens, not all
+    expected_lp = logp.clone().requires_grad_(True)
+    expected = verl_vanilla_with_rollout_is(proximal, expected_lp, adv, mask, expected_w)
+    expected.backward()
+    inp, lp = batch(logp.tolist(), proximal.tolist(), adv.tolist(), mask.tolist())  # π_old takes the sampler's place
+    ours = aggregations.get("token_mean")(w * policy_losses.get("ppo_clip")(inp, lp).token_loss, inp.mask)
+    ours.backward()
+    assert ours.item() == pytest.approx(expected.item(), rel=1e-12)
+    assert torch.allclose(lp.grad, expected_lp.grad, rtol=1e-12, atol=1e-15)
+
+
+def test_the_rl_objective_weighs_by_the_trainers_over_the_engines_log_probs():
+    """Records whose engine log-probs sit 0.3 nats below the trainer's: every token's ρ is e^0.3 = 1.35.
+    TIS at 2 keeps it (the loss is 1.35 times the uncorrected one at ratio 1), TIS at 1.2 caps it, and
+    MIS on [0.5, 1.2] drops every token (nothing is learned from them)."""
+    from undertow.kernel.models import build_model
+    from undertow.trainer.config import AlgorithmConfig
+    from undertow.trainer.objectives import objectives
+
+    from .helpers import SPEC, make_group
+
+    model = build_model(SPEC)
+    advantages = [[3.0, 1.0], [1.0, 1.0], [-1.0, -1.0], [0.0, 2.0]]
+    records = [r.model_copy(update={"advantages": a, "behaviour_logprobs": [lp - 0.3 for lp in r.behaviour_logprobs]})
+               for r, a in zip(make_group("g"), advantages)]
+
+    def loss(correction):
+        rl = objectives.get("rl")(AlgorithmConfig(rollout_correction=correction))
+        return rl.loss(model, rl.collate(records, pad_id=0, pad_to_multiple=8))
+
+    on_policy = -0.75  # −mean A over the 8 tokens at ratio 1 against π_old
+    assert loss({"threshold": 2.0}).loss.item() == pytest.approx(math.exp(0.3) * on_policy, rel=1e-4)
+    assert loss({"threshold": 1.2}).loss.item() == pytest.approx(1.2 * on_policy, rel=1e-4)
+    dropped = loss({"threshold": 1.2, "lower": 0.5})
+    assert dropped.loss.item() == 0.0 and dropped.metrics["rollout_is_cut_fraction"] == 1.0
+    uncorrected = loss(None)  # the ratio to the engine's log-probs: e^0.3, clipped at 1.2 for A > 0
+    assert uncorrected.metrics["ratio_mean"] == pytest.approx(math.exp(0.3), rel=1e-4)
+    with pytest.raises(ValueError, match="lower: 1.5 is above threshold 1.2"):
+        AlgorithmConfig(rollout_correction={"threshold": 1.2, "lower": 1.5})

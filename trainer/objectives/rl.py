@@ -19,6 +19,7 @@ from undertow.schemas import Experience
 from undertow.trainer.algorithms import (AdvantageInputs, AdvantageOut, PolicyInputs, Totals, advantage_transforms,
                                          aggregations, bias_corrected, entropy, explained_variance, kl_estimators,
                                          masked, masked_mean, policy_losses)
+from undertow.trainer.algorithms.rollout_correction import rollout_weights
 from undertow.trainer.batch import SequenceBatch, ValuedExperience
 
 from .api import ExperienceObjective, StepLoss, objectives, policy_logprobs, reference_logprobs
@@ -40,6 +41,7 @@ class RLObjective(ExperienceObjective):
         self.kl = kl_estimators.resolve(algo.kl.estimator)
         self.kl_coef, self.kl_placement, self.bias_correction = algo.kl.coef, algo.kl.placement, algo.kl.bias_correction
         self.entropy_coef, self.temperature = algo.entropy_coef, algo.temperature
+        self.correction = algo.rollout_correction
         transform = algo.advantage_transform
         self.transform = None if transform is None else advantage_transforms.resolve(transform)
         # A transform that reads values (gae) gets the critic's, computed in the prepare pass.
@@ -135,15 +137,21 @@ class RLObjective(ExperienceObjective):
             if self.kl_placement == "reward":  # a per-token reward penalty, folded into the advantage
                 advantages = advantages - self.kl_coef * kl_tokens.detach()
         proximal = batch.proximal_logp if batch.proximal_logp is not None else logp.detach()
-        inputs = PolicyInputs(mask=mask, advantages=advantages, behaviour_logp=batch.behaviour_logp,
-                              proximal_logp=proximal)
+        behaviour, weights, corrected = batch.behaviour_logp, None, {}
+        if self.correction is not None:  # the loss samples from π_old; w moves π_rollout's tokens to it
+            c = self.correction
+            weights, corrected = rollout_weights(proximal, behaviour, mask, level=c.level, threshold=c.threshold,
+                                                 lower=c.lower)
+            behaviour = proximal
+        inputs = PolicyInputs(mask=mask, advantages=advantages, behaviour_logp=behaviour, proximal_logp=proximal)
         out = self.policy_loss.obj(inputs, logp, **self.policy_loss.kwargs)
-        policy = self._agg(out.token_loss, mask, totals)
+        token_loss = out.token_loss if weights is None else weights * out.token_loss
+        policy = self._agg(token_loss, mask, totals)
         loss = policy
         ent = masked(entropy(logits, self.temperature), mask)  # [B, T-1]
         if self.entropy_coef:
             loss = loss - self.entropy_coef * self._agg(ent, mask, totals)
-        metrics = {"entropy": masked_mean(ent.detach(), mask).item(), **out.metrics}
+        metrics = {"entropy": masked_mean(ent.detach(), mask).item(), **out.metrics, **corrected}
         if kl_tokens is not None:
             kl_term = self._agg(kl_tokens, mask, totals)
             if self.kl_placement == "loss":
