@@ -118,3 +118,31 @@ def grpo_passk(rewards: np.ndarray, *, normalize: bool = True, eps: float = 1e-6
     if normalize:
         out[best] /= rewards.std(ddof=1) + eps
     return out
+
+
+@advantage("opmd")
+def opmd(rewards: np.ndarray, *, baseline: str = "mean", tau: float = 1.0) -> np.ndarray:
+    """Trinity-RFT's OPMD advantage (its group mirror descent): r − b, with b the group's mean reward
+    or, `baseline: logavgexp`, its soft maximum τ · log(mean(e^(r/τ))), the baseline of the
+    KL-regularised optimum with temperature τ. A group of one gets 0 (Trinity: b = 0)."""
+    if baseline not in ("mean", "logavgexp"):
+        raise ValueError(f"baseline: expected mean or logavgexp, got {baseline!r}")
+    if tau <= 0:
+        raise ValueError(f"tau: expected > 0, got {tau}")
+    if len(rewards) < 2:
+        return np.zeros_like(rewards)
+    if baseline == "mean":
+        return rewards - rewards.mean()
+    scaled = rewards / tau
+    top = scaled.max()  # log-sum-exp, shifted so that e^x cannot overflow
+    return rewards - tau * (top + np.log(np.exp(scaled - top).mean()))
+
+
+@advantage("asymre")
+def asymre(rewards: np.ndarray, *, baseline_shift: float = -0.1) -> np.ndarray:
+    """AsymRE (asymmetric REINFORCE, Arnal et al. 2025), as Trinity-RFT computes it: r − (mean(r) + δ).
+    A baseline below the mean (δ < 0, Trinity's −0.1) leans on the positive rewards, which keeps
+    off-policy REINFORCE stable. A group of one gets 0 (Trinity: b = 0)."""
+    if len(rewards) < 2:
+        return np.zeros_like(rewards)
+    return rewards - (rewards.mean() + baseline_shift)

@@ -146,7 +146,7 @@ class AlgorithmConfig(_Section):
     objective: str = Field("rl", description="a registered objective (trainer/objectives/): rl and sft on "
                                              "experiences; dpo, kto, simpo, orpo on preference pairs; or a dotted path")
     policy_loss: Entry = Field("ppo_clip", description="ppo_clip, dapo, gspo, gmpo, cispo, sapo, clip_cov, kl_cov, "
-                                                       "dppo_tv, dppo_kl, reinforce, truncated_is, decoupled_ppo, dro, vespo")
+                                                       "dppo_tv, dppo_kl, reinforce, truncated_is, decoupled_ppo, dro, vespo, opmd")
     aggregation: Entry = Field("token_mean", description="token_mean, token_sum, seq_mean_token_sum, seq_mean_token_mean, seq_mean_token_sum_norm")
     advantage_transform: Entry | None = Field(
         None, description="applied once per step over the whole batch before it is cut up: batch_whiten, "

@@ -14,8 +14,8 @@ from undertow.processors.advantages import ADVANTAGES
 from undertow.trainer.algorithms import aggregations, policy_losses
 from tests.helpers import write_config
 
-BUILT_IN = ["cispo", "clip_cov", "dapo", "dppo", "dr_grpo", "gmpo", "gpg", "grpo", "gspo", "kl_cov", "opo", "pass_k", "ppo", "reinforce",
-            "reinforce_pp", "reinforce_pp_baseline", "rloo", "sapo"]
+BUILT_IN = ["asymre", "cispo", "clip_cov", "dapo", "dppo", "dr_grpo", "gmpo", "gpg", "grpo", "gspo", "kl_cov", "opmd", "opo",
+            "pass_k", "ppo", "reinforce", "reinforce_pp", "reinforce_pp_baseline", "rloo", "sapo"]
 
 
 def reshape_of(cfg: RunConfig) -> dict:

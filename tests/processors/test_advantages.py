@@ -1,5 +1,7 @@
 """Each estimator and shaper against numbers worked by hand."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -152,3 +154,41 @@ def test_grpo_passk_by_hand_and_against_verl():
     for normalize in (True, False):
         ours = np.concatenate([grpo_passk(group, normalize=normalize) for group in groups])
         np.testing.assert_allclose(ours, verl_grpo_passk(scores, index, normalize).numpy(), rtol=1e-12)
+
+
+def trinity_group_advantage(rewards: list[float], baseline: str, tau: float = 1.0, shift: float = -0.1) -> torch.Tensor:
+    """Trinity-RFT 0.6's OPMDGroupAdvantage ("mean", "logavgexp") and ASYMREGroupAdvantage ("asymre"),
+    per experience, for a group of more than one."""
+    group_rewards = torch.tensor(rewards, dtype=torch.float64)
+    if baseline == "mean":
+        group_baseline = torch.mean(group_rewards)
+    elif baseline == "logavgexp":
+        group_baseline = tau * (torch.logsumexp(group_rewards / tau, dim=-1) - torch.log(torch.tensor(len(rewards))))
+    else:
+        group_baseline = torch.mean(group_rewards) + shift
+    return group_rewards - group_baseline
+
+
+def test_opmd_and_asymre_advantages_by_hand_and_against_trinity():
+    from undertow.processors.advantages import asymre, opmd
+
+    # Rewards [1, 0]: mean 0.5; log-mean-exp (τ 1) = log((e + 1) / 2) = 0.6201; AsymRE's b = 0.4.
+    two = np.array([1.0, 0.0])
+    np.testing.assert_allclose(opmd(two), [0.5, -0.5])
+    np.testing.assert_allclose(opmd(two, baseline="logavgexp"), [1 - math.log((math.e + 1) / 2), -math.log((math.e + 1) / 2)])
+    np.testing.assert_allclose(asymre(two), [0.6, -0.4])
+    g = np.random.default_rng(1)
+    for rewards in (g.random(8), g.random(5) * 40, np.array([0.0, 0.0, 1.0, 1.0])):
+        for tau in (0.1, 1.0, 3.0):
+            # Trinity takes log(n) in float32: its baseline is off by up to τ · log(n) · 2^-24.
+            np.testing.assert_allclose(opmd(rewards, baseline="logavgexp", tau=tau),
+                                       trinity_group_advantage(list(rewards), "logavgexp", tau).numpy(), rtol=0,
+                                       atol=tau * math.log(len(rewards)) * 2 ** -24 + 1e-12)
+        np.testing.assert_allclose(opmd(rewards), trinity_group_advantage(list(rewards), "mean").numpy(), atol=1e-12)
+        np.testing.assert_allclose(asymre(rewards, baseline_shift=-0.2),
+                                   trinity_group_advantage(list(rewards), "asymre", shift=-0.2).numpy(), atol=1e-12)
+    # r / τ = 4000 overflows e^x in float64 unless shifted first (Trinity's torch.logsumexp shifts too).
+    assert np.isfinite(opmd(np.array([400.0, 0.0]), baseline="logavgexp", tau=0.1)).all()
+    np.testing.assert_allclose(opmd(np.array([1.0])), [0.0])
+    with pytest.raises(ValueError, match="baseline"):
+        opmd(two, baseline="max")

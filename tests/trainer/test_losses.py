@@ -159,7 +159,7 @@ def test_the_dpo_objective_takes_its_preference_loss_from_config():
 
 
 LOSSES = ["ppo_clip", "dapo", "gspo", "gmpo", "cispo", "sapo", "clip_cov", "kl_cov", "dppo_tv", "dppo_kl", "reinforce",
-          "truncated_is", "decoupled_ppo", "dro", "vespo"]
+          "truncated_is", "decoupled_ppo", "dro", "vespo", "opmd"]
 
 
 @pytest.mark.parametrize("name", LOSSES)

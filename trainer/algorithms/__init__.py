@@ -5,7 +5,7 @@ Importing this package registers every built-in; a config names one by short nam
 """
 
 from . import (advantage, aggregation, cispo, decoupled_ppo, dppo, dro, entropy_cov, gae, gmpo, gspo,  # noqa: F401
-               kl, ppo, reinforce, sapo, vespo)
+               kl, opmd, ppo, reinforce, sapo, vespo)
 from .base import (AdvantageInputs, AdvantageOut, LossOut, PolicyInputs, Totals, advantage_transforms, aggregations, kl_estimators,
                    masked, masked_mean, policy_losses)
 from .dpo import DPOOut, dpo_loss, preference_losses

@@ -1,7 +1,8 @@
-"""Issue 49's pieces with a counterpart in verl 0.9.1 (DRO, the `abs` KL estimator, token-sum
-aggregation, GPG's α) or TRL 1.16 (VESPO): by hand, and against the reference's formulas (verl's
-core_algos.py, TRL's GRPOTrainer), written out here as they are written there, on the same tensors
-(values and, for losses, gradients)."""
+"""Issue 49's pieces against their reference implementations: verl 0.9.1 (DRO, the `abs` KL estimator,
+token-sum aggregation, GPG's α, rollout correction), TRL 1.16 (VESPO) and Trinity-RFT 0.6 (OPMD). By
+hand, and against the reference's formulas (verl's core_algos.py and rollout_corr_helper.py, TRL's
+GRPOTrainer, Trinity's policy_loss_fn), written out here as they are written there, on the same
+tensors (values and, for losses, gradients)."""
 
 from __future__ import annotations
 
@@ -246,3 +247,25 @@ def test_the_rl_objective_weighs_by_the_trainers_over_the_engines_log_probs():
     assert uncorrected.metrics["ratio_mean"] == pytest.approx(math.exp(0.3), rel=1e-4)
     with pytest.raises(ValueError, match="lower: 1.5 is above threshold 1.2"):
         AlgorithmConfig(rollout_correction={"threshold": 1.2, "lower": 1.5})
+
+
+def trinity_opmd(logprob, action_mask, advantages, tau):
+    """Trinity-RFT 0.6's OPMDPolicyLossFn (token-mean aggregation)."""
+    pg_losses = -advantages * logprob
+    return (pg_losses * action_mask).sum() / action_mask.sum() / (1.0 + tau)
+
+
+@pytest.mark.parametrize("tau", [0.0, 1.0, 4.0])
+def test_opmd_loss_matches_trinity_in_value_and_gradient(tau):
+    logp, behaviour, adv, mask = random_batch(int(tau))
+    expected_lp = logp.clone().requires_grad_(True)
+    expected = trinity_opmd(expected_lp, mask, adv, tau)
+    expected.backward()
+    inp, lp = batch(logp.tolist(), behaviour.tolist(), adv.tolist(), mask.tolist())
+    ours = aggregations.get("token_mean")(policy_losses.get("opmd")(inp, lp, tau=tau).token_loss, inp.mask)
+    ours.backward()
+    assert ours.item() == pytest.approx(expected.item(), rel=1e-12)
+    assert torch.allclose(lp.grad, expected_lp.grad, rtol=1e-12, atol=1e-15)
+    # By hand: A = 2, log π = −1, τ = 1: L = 2 / 2 = 1.
+    one, lp1 = inputs([-1.0], [-1.0], [2.0])
+    assert policy_losses.get("opmd")(one, lp1, tau=1.0).token_loss.item() == 1.0
