@@ -1,8 +1,9 @@
 """Group-relative advantage estimators: one scalar per sequence from the rewards of its group.
 
 Each takes the group's rewards (shape [G]) and returns advantages (shape [G]); one that also
-declares `lengths` gets the answers' token counts ([G]). The reshape stage repeats a sequence's
-advantage once per response token.
+declares `lengths` gets the answers' token counts ([G]), one that declares `baselines` the reward
+of the task's greedy answer on each sample (metadata `baseline_reward`, rollout.greedy_baseline). The
+reshape stage repeats a sequence's advantage once per response token.
 """
 
 from __future__ import annotations
@@ -146,3 +147,12 @@ def asymre(rewards: np.ndarray, *, baseline_shift: float = -0.1) -> np.ndarray:
     if len(rewards) < 2:
         return np.zeros_like(rewards)
     return rewards - (rewards.mean() + baseline_shift)
+
+
+@advantage("remax")
+def remax(rewards: np.ndarray, baselines: np.ndarray) -> np.ndarray:
+    """ReMax (Li et al. 2023, "ReMax: A Simple, Effective, and Efficient Reinforcement Learning Method
+    for Aligning Large Language Models", arXiv 2310.10505): r − r(greedy answer), the reward of the
+    task's greedy answer as the baseline (verl's compute_remax_outcome_advantage for an outcome
+    reward). Needs no group: a group of one gets r − b too."""
+    return rewards - baselines

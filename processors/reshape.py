@@ -19,7 +19,7 @@ Entry = str | Mapping[str, Any]
 
 @processor("reshape")
 class Reshape:
-    """advantage: an estimator (grpo, dr_grpo, rloo, opo, reinforce, pass_k, or a dotted path);
+    """advantage: an estimator (grpo, dr_grpo, rloo, opo, reinforce, pass_k, remax, …, or a dotted path);
     shaping: shapers in order (overlong, length_penalty, clip, scale, …);
     dynamic_sampling: DAPO's filter (Yu et al. 2025, §3.2): a group whose raw rewards are all
     equal carries no learning signal under a group-relative estimator, so it is rejected."""
@@ -27,7 +27,8 @@ class Reshape:
     def __init__(self, *, advantage: Entry = "grpo", shaping: list[Entry] = (), dynamic_sampling: bool = False,
                  min_group_size: int = 1):
         self.estimator = ADVANTAGES.resolve(advantage).bind()  # a class: one stateful instance per stage
-        self.takes_lengths = "lengths" in inspect.signature(self.estimator).parameters
+        declared = inspect.signature(self.estimator).parameters
+        self.takes_lengths, self.takes_baselines = "lengths" in declared, "baselines" in declared
         self.shapers = [SHAPERS.resolve(e).bind() for e in shaping]
         self.dynamic_sampling, self.min_group_size = dynamic_sampling, min_group_size
         self.bounded = built_in(self.estimator, *self.shapers)  # no user code: no stage deadline (pipeline.py)
@@ -45,7 +46,14 @@ class Reshape:
         shaped = raw
         for shape in self.shapers:
             shaped = shape(shaped, lengths)
-        adv = self.estimator(shaped, lengths) if self.takes_lengths else self.estimator(shaped)  # [G]
+        inputs = {"lengths": lengths} if self.takes_lengths else {}
+        if self.takes_baselines:
+            missing = [e.experience_id for e in group if not isinstance(e.metadata.get("baseline_reward"), (int, float))]
+            if missing:
+                return Reject("no_baseline", f"no baseline_reward on {missing[:5]}: the estimator needs the greedy "
+                                             "answer's reward (rollout.greedy_baseline: true)")
+            inputs["baselines"] = np.array([e.metadata["baseline_reward"] for e in group], dtype=np.float64)  # [G]
+        adv = self.estimator(shaped, **inputs)  # [G]
         # Records carry float32: a finite float64 beyond its range would arrive as inf and poison a batch.
         if not (np.all(np.abs(shaped) <= FLOAT32_MAX) and np.all(np.abs(adv) <= FLOAT32_MAX)):
             return Reject("non_finite", f"rewards {shaped.tolist()[:8]} give advantages {adv.tolist()[:8]} "

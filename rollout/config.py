@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from undertow.kernel.registry import checked_entry
+from undertow.kernel.registry import checked_entry, entry_name
 
 from undertow.rollout.engines import engines
 from undertow.rollout.engines.base import SamplingParams
@@ -90,6 +90,16 @@ class RolloutConfig(BaseModel):
                                  "grows by (max_staleness + 1) * B (the trainer may have had nothing to train on); "
                                  "null: wait for ever")
     weights_wait_seconds: float = Field(0.05, gt=0, description="pause between checks while admission control waits")
+    greedy_baseline: bool = Field(False, description="also generate one greedy answer per task, scored like the "
+                                                     "samples and never trained: its reward goes into each sample's "
+                                                     "metadata (baseline_reward), ReMax's baseline")
+
+    @model_validator(mode="after")
+    def _the_workflow_makes_greedy_baselines(self) -> "RolloutConfig":
+        if self.greedy_baseline and not getattr(workflows.resolve(self.workflow).obj, "greedy_baseline", False):
+            raise ValueError(f"greedy_baseline: workflow {entry_name(self.workflow)} does not generate a greedy "
+                             f"baseline answer (single_turn does)")
+        return self
 
     _check_engine = field_validator("engine")(lambda cls, v: checked_entry(engines, v))
     _check_workflow = field_validator("workflow")(lambda cls, v: checked_entry(workflows, v))

@@ -63,7 +63,7 @@ class RolloutWorker:
         self.engine = build_engine(cfg.engine, run.model)
         reward = build_reward(cfg.reward, timeout_s=cfg.reward_timeout_s)  # a hanging one: reason timeout
         self.ctx = WorkflowContext(engine=self.engine, sampling=cfg.sampling, reward=reward,
-                                   chat_template=cfg.chat_template)
+                                   chat_template=cfg.chat_template, greedy_baseline=cfg.greedy_baseline)
         self.workflow = build_batch_workflow(cfg.workflow)
         self.batch_tasks, self.max_inflight = cfg.batch_tasks, cfg.max_inflight
         self.continuous = bool(getattr(self.engine, "continuous_batching", False))  # the engine says

@@ -170,3 +170,18 @@ def pass_rates_have_a_reporter(cfg: "RunConfig") -> Iterator[str]:
         name = selector if isinstance(selector, str) else selector.get("name")
         yield (f"feeder.selector ({name}) draws by pass rates, but no stage of processors.pipeline reports them "
                f"(add prioritize): the feeder would never hear of one")
+
+
+@rule
+def baselines_are_generated(cfg: "RunConfig") -> Iterator[str]:
+    """An advantage against the greedy answer's reward (ReMax) reads it from each sample's metadata,
+    which only rollout.greedy_baseline puts there: without it every group would be rejected."""
+    import undertow.processors.builtins  # noqa: F401  registers them: a default pipeline is not validated
+
+    if cfg.rollout.greedy_baseline:
+        return
+    for i, entry in enumerate(cfg.processors.pipeline):
+        component = PROCESSORS.resolve(entry)
+        if getattr(component.bind(), "takes_baselines", False):
+            yield (f"processors.pipeline.{i} ({component.name}): its advantage is measured against the reward of "
+                   f"each task's greedy answer, which rollout.greedy_baseline (false) does not generate: set it true")

@@ -24,6 +24,7 @@ class WorkflowContext:
     sampling: SamplingParams
     reward: RewardFn
     chat_template: bool = True  # wrap a plain prompt as a user message when the tokenizer has a template
+    greedy_baseline: bool = False  # also score one greedy answer per task (ReMax's baseline), where the workflow can
 
 
 @dataclass

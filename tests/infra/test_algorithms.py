@@ -15,7 +15,7 @@ from undertow.trainer.algorithms import aggregations, policy_losses
 from tests.helpers import write_config
 
 BUILT_IN = ["asymre", "cispo", "clip_cov", "dapo", "dppo", "dr_grpo", "gmpo", "gpg", "grpo", "gspo", "kl_cov", "opmd", "opo",
-            "pass_k", "ppo", "reinforce", "reinforce_pp", "reinforce_pp_baseline", "rloo", "sapo"]
+            "pass_k", "ppo", "reinforce", "reinforce_pp", "reinforce_pp_baseline", "remax", "rloo", "sapo"]
 
 
 def reshape_of(cfg: RunConfig) -> dict:

@@ -70,6 +70,12 @@ CASES = {
         {"feeder": {"selector": "bots"}, "processors": {"pipeline": ["clean", "reshape"]}},
         ["feeder.selector (bots) draws by pass rates", "no stage of processors.pipeline reports them"],
         {"feeder": {"selector": "bots"}, "processors": {"pipeline": ["clean", "reshape", "prioritize"]}}),
+    "baselines_are_generated": (
+        {"processors": {"pipeline": ["clean", {"name": "reshape", "advantage": "remax"}]}},
+        ["processors.pipeline.1 (reshape): its advantage is measured against the reward of each task's greedy answer",
+         "rollout.greedy_baseline (false)"],
+        {"processors": {"pipeline": ["clean", {"name": "reshape", "advantage": "remax"}]},
+         "rollout": {"greedy_baseline": True}}),
 }
 
 

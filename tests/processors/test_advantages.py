@@ -192,3 +192,31 @@ def test_opmd_and_asymre_advantages_by_hand_and_against_trinity():
     np.testing.assert_allclose(opmd(np.array([1.0])), [0.0])
     with pytest.raises(ValueError, match="baseline"):
         opmd(two, baseline="max")
+
+
+def verl_remax(token_level_rewards: torch.Tensor, reward_baselines: torch.Tensor, response_mask: torch.Tensor):
+    """verl's compute_remax_outcome_advantage."""
+    returns = (token_level_rewards * response_mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
+    return returns - reward_baselines.unsqueeze(-1) * response_mask
+
+
+def test_remax_is_the_reward_over_the_greedy_answers_and_matches_verl():
+    from tests.helpers import exp
+    from undertow.processors.advantages import remax
+    from undertow.processors.api import Reject
+    from undertow.processors.reshape import Reshape
+
+    # Greedy answer scored 0.5: samples at 1, 0, 0.5 get +0.5, −0.5, 0.
+    group = [exp("g", i, 3, r, tokens=4).model_copy(update={"metadata": {"baseline_reward": 0.5}})
+             for i, r in enumerate([1.0, 0.0, 0.5])]
+    out = Reshape(advantage="remax").process_group(group)
+    assert [e.advantages for e in out] == [[0.5] * 4, [-0.5] * 4, [0.0] * 4]
+    rewards, baselines = np.array([1.0, 0.0, 0.3, 0.9]), np.array([0.2, 0.2, 0.7, 0.7])
+    token_rewards = torch.zeros(4, 5, dtype=torch.float64)
+    token_rewards[:, 3] = torch.tensor(rewards)  # the outcome reward on each answer's last token
+    mask = torch.tensor([[1, 1, 1, 1, 0]] * 4, dtype=torch.float64)
+    verl = verl_remax(token_rewards, torch.tensor(baselines), mask)
+    np.testing.assert_allclose(np.repeat(remax(rewards, baselines)[:, None], 4, axis=1), verl[:, :4].numpy())
+    # A sample without the greedy answer's reward (rollout.greedy_baseline off): the group is rejected, saying why.
+    lost = Reshape(advantage="remax").process_group([group[0], exp("g", 1, 3, 0.0)])
+    assert isinstance(lost, Reject) and lost.reason == "no_baseline" and "rollout.greedy_baseline" in lost.detail

@@ -12,7 +12,7 @@ from undertow.rollout.admission import Admission
 from undertow.rollout.config import RolloutConfig
 from undertow.rollout.engines import SamplingParams
 from undertow.rollout.engines.base import Sample
-from undertow.rollout.workflows import WorkflowContext, build_batch_workflow
+from undertow.rollout.workflows import WorkflowContext, build_batch_workflow, build_workflow
 
 
 class EchoEngine:
@@ -119,3 +119,35 @@ def test_admission_room_is_what_the_budget_has_left():
     admission.trainer_announced(1)
     assert admission.room() == 3  # counted over the run: (1 + 1 + 1) * 4 - 9 (rollout/admission.py)
     assert Admission(max_staleness=1).room() is None
+
+
+class GreedyKnowsEngine(EchoEngine):
+    """Samples echo the prompt; a greedy answer is "greedy": the baseline's reward is visibly its own."""
+
+    def generate(self, prompts, n, params):
+        if not params.greedy:
+            return super().generate(prompts, n, params)
+        self.calls.append((len(prompts), -n))  # a greedy call, told apart by its sign
+        assert not params.logprobs  # never trained: no log-probs
+        return [[Sample(tokens=[1], text="greedy", logprobs=[], finish_reason="stop")] for _ in prompts]
+
+
+def greedy_reward(text: str, task: Task) -> dict[str, float]:
+    return {"greedy": 0.25 if text == "greedy" else 1.0}
+
+
+def test_a_greedy_baseline_answer_is_scored_for_each_task_and_never_published():
+    engine = GreedyKnowsEngine()
+    ctx = WorkflowContext(engine=engine, sampling=SamplingParams(), reward=greedy_reward, chat_template=False,
+                          greedy_baseline=True)
+    outcomes = build_batch_workflow("single_turn")(tasks(4, 4, 2), ctx)
+    assert engine.calls == [(1, 2), (1, -1), (2, 4), (2, -1)]  # per group size: the samples, then one greedy each
+    assert [len(o) for o in outcomes] == [4, 4, 2]  # the group, without the greedy answer
+    assert all(t.metadata == {"baseline_reward": 0.25} and t.reward_components == {"greedy": 1.0}
+               for o in outcomes for t in o)
+    one = build_workflow("single_turn")(tasks(3)[0], ctx)
+    assert len(one) == 3 and one[0].metadata == {"baseline_reward": 0.25}
+    plain = build_batch_workflow("single_turn")(tasks(4), ctx_of(EchoEngine()))
+    assert all(t.metadata == {} for t in plain[0])
+    with pytest.raises(ValidationError, match="greedy_baseline: workflow reference does not generate"):
+        RolloutConfig(workflow="reference", greedy_baseline=True)
