@@ -33,6 +33,11 @@ class Reshape:
         self.dynamic_sampling, self.min_group_size = dynamic_sampling, min_group_size
         self.bounded = built_in(self.estimator, *self.shapers)  # no user code: no stage deadline (pipeline.py)
 
+    @staticmethod
+    def reads_baselines(*, advantage: Entry = "grpo", **_: Any) -> bool:
+        """Whether `advantage` needs each task's greedy-answer reward (the config's rules ask)."""
+        return "baselines" in inspect.signature(ADVANTAGES.resolve(advantage).bind()).parameters
+
     def process_group(self, group: list[Experience]) -> list[Experience] | Reject:
         unscored = [e.experience_id for e in group if e.reward is None]
         if unscored:

@@ -182,6 +182,7 @@ def baselines_are_generated(cfg: "RunConfig") -> Iterator[str]:
         return
     for i, entry in enumerate(cfg.processors.pipeline):
         component = PROCESSORS.resolve(entry)
-        if getattr(component.bind(), "takes_baselines", False):
+        ask = getattr(component.obj, "reads_baselines", None)
+        if ask and ask(**component.kwargs):
             yield (f"processors.pipeline.{i} ({component.name}): its advantage is measured against the reward of "
                    f"each task's greedy answer, which rollout.greedy_baseline (false) does not generate: set it true")
