@@ -1,3 +1,3 @@
 """Importing this module registers every built-in processor."""
 
-from undertow.processors import clean, datajuicer, prioritize, reshape, score, scorers  # noqa: F401
+from undertow.processors import clean, datajuicer, distill, prioritize, reshape, score, scorers  # noqa: F401

@@ -10,8 +10,8 @@ them. A user's preset is the same kind of function, named by dotted path.
 
 from undertow.infra.algorithms.preset import expand, preset, presets
 from undertow.infra.algorithms import (  # noqa: F401  (registers the built-in presets)
-    asymre, cispo, clip_cov, dapo, dppo, dr_grpo, gmpo, gpg, grpo, gspo, kl_cov, opmd, opo, pass_k, ppo, reinforce,
-    reinforce_pp, reinforce_pp_baseline, remax, rloo, sapo,
+    asymre, cispo, clip_cov, dapo, dppo, dr_grpo, gmpo, gpg, grpo, gspo, kl_cov, on_policy_distill, opmd, opo, pass_k,
+    ppo, reinforce, reinforce_pp, reinforce_pp_baseline, remax, rloo, sapo,
 )
 
 __all__ = ["expand", "preset", "presets"]

@@ -14,8 +14,10 @@ from undertow.processors.advantages import ADVANTAGES
 from undertow.trainer.algorithms import aggregations, policy_losses
 from tests.helpers import write_config
 
-BUILT_IN = ["asymre", "cispo", "clip_cov", "dapo", "dppo", "dr_grpo", "gmpo", "gpg", "grpo", "gspo", "kl_cov", "opmd", "opo",
-            "pass_k", "ppo", "reinforce", "reinforce_pp", "reinforce_pp_baseline", "remax", "rloo", "sapo"]
+BUILT_IN = ["asymre", "cispo", "clip_cov", "dapo", "dppo", "dr_grpo", "gmpo", "gpg", "grpo", "gspo", "kl_cov",
+            "on_policy_distill", "opmd", "opo", "pass_k", "ppo", "reinforce", "reinforce_pp", "reinforce_pp_baseline",
+            "remax", "rloo", "sapo"]
+NEEDS = {"on_policy_distill": {"teacher": {"seed": 1}}}  # options without a default
 
 
 def reshape_of(cfg: RunConfig) -> dict:
@@ -32,10 +34,14 @@ def test_the_built_in_presets():
 
 @pytest.mark.parametrize("name", BUILT_IN)
 def test_each_preset_sets_the_advantage_and_the_loss_of_a_valid_run(name):
-    cfg = RunConfig.model_validate({"algorithm": name})
+    options = NEEDS.get(name, {})
+    cfg = RunConfig.model_validate({"algorithm": {"name": name, **options}})
     algo = cfg.trainer.algorithm
-    assert algo.objective == "rl" and algo.policy_loss == presets.get(name)()["trainer"]["algorithm"]["policy_loss"]
-    assert name_of(reshape_of(cfg)["advantage"]) in ADVANTAGES.names()
+    assert algo.objective == "rl" and algo.policy_loss == presets.get(name)(**options)["trainer"]["algorithm"]["policy_loss"]
+    stages = [name_of(e) for e in cfg.processors.pipeline]
+    assert "reshape" in stages or "distill" in stages  # what writes the advantages
+    if "reshape" in stages:
+        assert name_of(reshape_of(cfg)["advantage"]) in ADVANTAGES.names()
     assert name_of(algo.policy_loss) in policy_losses.names() and name_of(algo.aggregation) in aggregations.names()
 
 
@@ -73,6 +79,14 @@ def test_gpg_drops_groups_without_signal_or_scales_as_verl_does():
     assert reshape_of(paper)["dynamic_sampling"] is True and paper.trainer.algorithm.advantage_transform is None
     verl = RunConfig.model_validate({"algorithm": {"name": "gpg", "verl_alpha": True}})
     assert "dynamic_sampling" not in reshape_of(verl) and verl.trainer.algorithm.advantage_transform == "gpg"
+
+
+def test_on_policy_distillation_needs_its_teacher_and_may_keep_the_reward():
+    with pytest.raises(ValueError, match="teacher: set the teacher model"):
+        RunConfig.model_validate({"algorithm": "on_policy_distill"})
+    cfg = RunConfig.model_validate({"algorithm": {"name": "on_policy_distill", "teacher": {"seed": 1}, "with_reward": True}})
+    assert [name_of(e) for e in cfg.processors.pipeline] == ["clean", "reshape", "distill", "prioritize"]
+    assert cfg.processors.pipeline[2]["mode"] == "add"
 
 
 def test_a_stage_keeps_its_own_settings_over_the_preset(tmp_path):
