@@ -47,7 +47,6 @@ def loaded(out: Path) -> torch.nn.Module:
 
 
 def test_two_ranks_in_micro_batches_train_what_one_pass_trains(tmp_path: Path):
-    one = run_script(tmp_path / "one", {"zero_stage": 0, "lr": 0.01})
     # 8 sequences of 6-7 tokens padded to 8: 16 tokens a micro-batch, 2 per rank, 2 ranks
     ranks = run_script(tmp_path / "two", {"zero_stage": 2, "lr": 0.01}, 2, shape={"micro_batch_tokens": 16},
                        algorithm={"entropy_coef": 0.01})
@@ -72,7 +71,6 @@ def test_two_ranks_in_micro_batches_train_what_one_pass_trains(tmp_path: Path):
     for name, got in loaded(tmp_path / "micro").state_dict().items():
         torch.testing.assert_close(got, expected[name], atol=1e-3, rtol=0)
         torch.testing.assert_close(trained[name], expected[name], atol=1e-3, rtol=0)
-    assert one[0]["losses"] != whole[0]["losses"]  # the entropy bonus is in the loss: the runs differ
 
 
 def test_zero3_cpu_adam_offload_matches_zero0_adamw(tmp_path: Path):

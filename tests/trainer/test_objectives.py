@@ -40,6 +40,14 @@ def test_rl_on_policy_loss_is_minus_mean_advantage():
     assert out.loss.item() == pytest.approx(-0.75, abs=1e-5) and out.metrics["entropy"] > 0
 
 
+def test_the_entropy_bonus_lowers_the_loss_by_its_coefficient_times_the_entropy():
+    model, records = build_model(SPEC), make_group("g")
+    rl = lambda coef: objectives.get("rl")(AlgorithmConfig(entropy_coef=coef))
+    plain, bonus = (rl(c).loss(model, rl(c).collate(records, pad_id=0, pad_to_multiple=8)) for c in (0.0, 0.01))
+    assert plain.metrics["entropy"] > 1.0  # an untrained model: nearly uniform over its characters
+    assert bonus.loss.item() == pytest.approx(plain.loss.item() - 0.01 * plain.metrics["entropy"], abs=1e-6)
+
+
 def test_rl_with_kl_to_itself_adds_nothing_and_sft_is_nll():
     model = build_model(SPEC)
     records = make_group("g")
