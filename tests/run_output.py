@@ -26,10 +26,13 @@ class DemoRun:
     out: str
 
 
-def demo_config(tmp_path: Path, **run: object) -> Path:
-    """examples/demo.yaml with `run` settings replaced, written under `tmp_path`."""
+def demo_config(tmp_path: Path, without: tuple[str, ...] = (), **run: object) -> Path:
+    """examples/demo.yaml with `run` settings replaced and the sections `without` left out, written
+    under `tmp_path`."""
     cfg = yaml.safe_load((ROOT / "examples" / "demo.yaml").read_text())
     cfg["run"].update(run)
+    for section in without:
+        del cfg[section]
     path = tmp_path / "demo.yaml"
     path.write_text(yaml.safe_dump(cfg))
     return path

@@ -27,6 +27,8 @@ def test_a_failed_run_resumes_and_finishes(kafka, tmp_path):
     cfg["namespace"] = namespace
     cfg["trainer"]["checkpoint_every"] = 5
     cfg["run"].update(stages=[], steps=STEPS, restarts={"max": 0})  # the first crash fails the run
+    cfg["run"]["archive"] = False  # no archive and no evaluator: nothing here reads them, and the cores are few
+    del cfg["eval"]
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump(cfg))
     runs = tmp_path / "runs"
