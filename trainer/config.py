@@ -150,7 +150,7 @@ class AlgorithmConfig(_Section):
     aggregation: Entry = Field("token_mean", description="token_mean, token_sum, seq_mean_token_sum, seq_mean_token_mean, seq_mean_token_sum_norm")
     advantage_transform: Entry | None = Field(
         None, description="applied once per step over the whole batch before it is cut up: batch_whiten, "
-                          "reinforce_pp, or a dotted path (None: the processors' advantages as they are)")
+                          "reinforce_pp, gae, gpg, or a dotted path (None: the processors' advantages as they are)")
     kl: KLConfig = Field(default_factory=KLConfig, description="KL to the reference model")
     rollout_correction: RolloutCorrectionConfig | None = Field(
         None, description="weigh each token by π_old/π_rollout (the trainer's log-probs over the engine's), TIS or "
