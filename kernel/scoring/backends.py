@@ -94,8 +94,15 @@ class OpenAIBackend:
                              timeout=self.timeout_s, max_retries=0)
 
     def _chat(self, prompt: str, **kw: Any) -> Any:
-        return self.client.chat.completions.create(model=self.model, messages=[{"role": "user", "content": prompt}],
-                                                   temperature=0.0, **kw)
+        from openai import APITimeoutError
+
+        try:
+            return self.client.chat.completions.create(model=self.model, messages=[{"role": "user", "content": prompt}],
+                                                       temperature=0.0, **kw)
+        except APITimeoutError as e:
+            # The client's timeout is the scorer's own deadline (`timeout_s`): whichever clock fires first,
+            # the verdict is a timeout, not an error (ModelScorer reads a TimeoutError as one).
+            raise TimeoutError(f"{self.base_url}: no answer within {self.timeout_s:g} s") from e
 
     def generate(self, prompts: list[str], max_new_tokens: int) -> list[str]:
         return [self._chat(p, max_tokens=max_new_tokens).choices[0].message.content or "" for p in prompts]

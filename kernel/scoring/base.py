@@ -183,7 +183,7 @@ class ModelScorer:
     def _wait(self, future: Future, n: int, deadline: float) -> list[Scored]:
         try:
             verdicts = future.result(timeout=max(0.0, deadline - time.monotonic()))
-        except FutureTimeout:
+        except (FutureTimeout, TimeoutError):  # our deadline, or the backend's own clock (an HTTP timeout) first
             future.cancel()  # still queued: never starts; already running: its result is dropped
             return [Scored(None, TIMEOUT, f"{self.name}: no verdict within {self.timeout_s:g} s")] * n
         except Exception as e:  # noqa: BLE001 — a backend failure fails these items, not the caller

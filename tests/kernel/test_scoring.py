@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -87,6 +89,19 @@ def test_a_judge_past_its_timeout_gives_timeouts_and_the_next_call_goes_on():
         got = judge.score([Item("slow", "42"), Item("q", "42")])
         assert got[0].value is None and got[0].reason == TIMEOUT
         assert got[1].value == pytest.approx(0.75)  # its own chunk, on the other worker thread
+
+
+def test_the_endpoints_own_timeout_firing_first_is_a_timeout_too():
+    """The HTTP client's timeout is the scorer's `timeout_s` as well: under load either clock may fire
+    first. The client's used to end as an `error` verdict (a rollout reward's reason scorer_error: it
+    failed the rollout test once in a CI run). Here the client's clock is made the earlier one."""
+    with JudgeServer(slow_s=3.0) as server:
+        judge = LLMJudge(base_url=server.base_url, model="judge", batch_size=1, timeout_s=10.0)
+        judge.backend.timeout_s = 0.3  # the client waits 0.3 s, the scorer would wait 10
+        started = time.monotonic()
+        (got,) = judge.score([Item("slow", "42")])
+        assert got.value is None and got.reason == TIMEOUT, got
+        assert time.monotonic() - started < 3.0  # the client's clock ended it, not the slow answer
 
 
 def test_verdicts_are_cached_by_content_and_a_new_rubric_is_a_new_version():
