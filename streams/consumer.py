@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Iterable, Iterator, Literal, Mapping, TypeVar
 
 from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
-from kafka.errors import CommitFailedError
+from kafka.errors import CommitFailedError, RebalanceInProgressError
 
 from undertow.schemas import DecodeError, Record, decode, record_types
 from undertow.streams.admin import topic_partitions
@@ -21,6 +21,9 @@ Offsets = dict[Partition, int]
 # Where `assign` starts each partition: its first record, its end (only what comes next), the
 # group's committed offset (else the first record), or explicit offsets (the others: committed).
 Start = Literal["earliest", "latest", "committed"] | Mapping[Partition, int]
+
+
+REBALANCE_TRIES, REBALANCE_WAIT_S = 30, 1.0  # a commit waits out a rebalance this long (30 s), then is refused
 
 
 class CommitRefused(Exception):
@@ -165,11 +168,20 @@ class RecordConsumer(Generic[R]):
         if self._producer is not None:
             self._producer.flush()
         args = () if offsets is None else ({TopicPartition(*p): OffsetAndMetadata(o, "", -1) for p, o in offsets.items()},)
-        try:
-            outlast(self._settings, "a commit", self._consumer.commit, *args)
-        except CommitFailedError as e:
-            self._rewind_to_committed()
-            raise CommitRefused(str(e)) from None
+        for _ in range(REBALANCE_TRIES):
+            try:
+                outlast(self._settings, "a commit", self._consumer.commit, *args)
+                return
+            except RebalanceInProgressError:
+                # A member joined or left while this batch ran: rejoin (taking no record), then commit
+                # again, as the broker asks. Refusing it instead, this member's whole batch was generated
+                # again by whoever read its partitions next (a worker thread also died of the error).
+                self.idle(REBALANCE_WAIT_S)
+            except CommitFailedError as e:
+                self._rewind_to_committed()
+                raise CommitRefused(str(e)) from None
+        self._rewind_to_committed()
+        raise CommitRefused(f"the group was still rebalancing after {REBALANCE_TRIES} tries")
 
     def _rewind_to_committed(self) -> None:
         """After a refused commit, read again from the group's committed offsets: kafka-python keeps the

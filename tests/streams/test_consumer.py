@@ -127,6 +127,44 @@ def test_idle_through_a_rebalance_loses_nothing(kafka, namespace):
         assert read(c, 3) == [(0, 0), (0, 1), (1, 0)]
 
 
+def test_a_commit_refused_for_a_rebalance_rejoins_and_commits(kafka, namespace, monkeypatch):
+    """kafka-python refuses a commit itself (RebalanceInProgressError) while its member is rejoining:
+    a worker that polled to stay alive during a long batch (rollout/worker.py) can be midway through a
+    rejoin when the batch ends. That error once killed a worker thread in the elastic rollout test,
+    and its batch was generated twice. Here the client's refusal comes on the first try, as it does
+    then; the commit must rejoin (taking no record) and land on the real broker."""
+    from kafka.errors import RebalanceInProgressError
+
+    topic = Topics(namespace).tasks
+    fill(kafka, topic, {0: 3, 1: 3})
+    group = f"{namespace}-rebalance"
+    first = RecordConsumer(kafka, [topic], group_id=group, expect=MetricEvent, rejected_topic=Topics(namespace).rejected)
+    with first:
+        assert read(first, 6) == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
+        real, tries = first._consumer.commit, []
+
+        def refused_once(*args, **kwargs):
+            tries.append(args)
+            if len(tries) == 1:
+                raise RebalanceInProgressError("the consumer is undergoing a rebalance")
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(first._consumer, "commit", refused_once)
+        first.commit({(topic, p): 3 for p in (0, 1)})
+        assert len(tries) == 2 and first.poll(timeout_ms=500) == []  # committed; nothing read again
+    assert committed_offsets(kafka, group, topic) == {0: 3, 1: 3}
+
+
+def committed_offsets(kafka: KafkaSettings, group: str, topic: str) -> dict[int, int]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    reader = KafkaConsumer(**kafka.kafka_python(), group_id=group, enable_auto_commit=False)
+    try:
+        return {p: reader.committed(TopicPartition(topic, p)) for p in (0, 1)}
+    finally:
+        reader.close()
+
+
 def test_assign_takes_several_topics_and_pauses_one_partition(kafka, namespace):
     topics = Topics(namespace)
     fill(kafka, topics.weights, {0: 3})
