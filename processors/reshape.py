@@ -27,8 +27,7 @@ class Reshape:
     def __init__(self, *, advantage: Entry = "grpo", shaping: list[Entry] = (), dynamic_sampling: bool = False,
                  min_group_size: int = 1):
         self.estimator = ADVANTAGES.resolve(advantage).bind()  # a class: one stateful instance per stage
-        declared = inspect.signature(self.estimator).parameters
-        self.takes_lengths, self.takes_baselines = "lengths" in declared, "baselines" in declared
+        self.takes_lengths, self.takes_baselines = (name in _declared(self.estimator) for name in ("lengths", "baselines"))
         self.shapers = [SHAPERS.resolve(e).bind() for e in shaping]
         self.dynamic_sampling, self.min_group_size = dynamic_sampling, min_group_size
         self.bounded = built_in(self.estimator, *self.shapers)  # no user code: no stage deadline (pipeline.py)
@@ -36,7 +35,7 @@ class Reshape:
     @staticmethod
     def reads_baselines(*, advantage: Entry = "grpo", **_: Any) -> bool:
         """Whether `advantage` needs each task's greedy-answer reward (the config's rules ask)."""
-        return "baselines" in inspect.signature(ADVANTAGES.resolve(advantage).bind()).parameters
+        return "baselines" in _declared(ADVANTAGES.resolve(advantage).bind())
 
     def process_group(self, group: list[Experience]) -> list[Experience] | Reject:
         unscored = [e.experience_id for e in group if e.reward is None]
@@ -64,6 +63,11 @@ class Reshape:
             return Reject("non_finite", f"rewards {shaped.tolist()[:8]} give advantages {adv.tolist()[:8]} "
                                         "outside the float32 range")
         return [_with(e, float(r), float(a)) for e, r, a in zip(group, shaped, adv)]
+
+
+def _declared(estimator: Any) -> Any:
+    """The inputs an estimator asks for by name (beyond the rewards)."""
+    return inspect.signature(estimator).parameters
 
 
 def _with(exp: Experience, reward: float, adv: float) -> Experience:

@@ -35,9 +35,8 @@ def rollout_weights(proximal_logp: torch.Tensor, behaviour_logp: torch.Tensor, m
     inside [lower, threshold]; `level` token or sequence."""
     if level not in LEVELS:
         raise ValueError(f"level: expected one of {LEVELS}, got {level!r}")
-    log_rho = masked(proximal_logp.detach() - behaviour_logp, mask)  # [B, T]
-    if level == "sequence":
-        log_rho = log_rho.sum(-1, keepdim=True).expand_as(log_rho)  # [B, T], the answer's on each token
+    gap = masked(proximal_logp.detach() - behaviour_logp, mask)  # [B, T]  log ρ_t
+    log_rho = gap.sum(-1, keepdim=True).expand_as(gap) if level == "sequence" else gap  # the answer's on each token
     raw = masked(torch.exp(log_rho.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)), mask)  # [B, T]
     if lower is None:
         weights, cut = raw.clamp(max=threshold), raw > threshold
@@ -48,5 +47,5 @@ def rollout_weights(proximal_logp: torch.Tensor, behaviour_logp: torch.Tensor, m
     metrics = {"rollout_is_mean": masked_mean(weights, mask).item(),
                "rollout_is_raw_max": raw[on].max().item() if on.any() else 1.0,
                "rollout_is_cut_fraction": masked_mean(cut.to(raw.dtype), mask).item(),
-               "rollout_mismatch_k1": masked_mean(-masked(proximal_logp.detach() - behaviour_logp, mask), mask).item()}
+               "rollout_mismatch_k1": masked_mean(-gap, mask).item()}
     return weights, metrics
