@@ -38,6 +38,15 @@ def test_the_advantage_is_the_teachers_log_prob_over_the_students_per_token():
         kl = -(trinity / 0.5).sum().item() / mask.sum().item()
         assert distilled.metadata["teacher_kl"] == pytest.approx(kl, abs=1e-5)
     assert out[1].advantages[1] == 0.0  # an observation token: not the student's, not distilled
+    # Independent of schemas/logprobs.py, which both sides above share: log_softmax of the teacher's own
+    # logits, read by hand at each response token's position (the token at t is predicted at t − 1).
+    exp = group[0]
+    ids = torch.tensor([exp.prompt_tokens + exp.response_tokens])
+    with torch.no_grad():
+        logits = teacher(input_ids=ids).logits[0].double()  # [T, V]
+    start = len(exp.prompt_tokens)
+    by_hand = [torch.log_softmax(logits[start + j - 1], -1)[token].item() for j, token in enumerate(exp.response_tokens)]
+    assert out[0].advantages == pytest.approx([0.5 * (t - s) for t, s in zip(by_hand, exp.behaviour_logprobs)], abs=1e-5)
 
 
 def test_a_teacher_equal_to_the_student_teaches_nothing_and_add_keeps_the_outcome_advantage():
