@@ -47,7 +47,13 @@ class Child:
 
     @property
     def returncode(self) -> int | None:
-        return None if self.proc is None else self.proc.poll()
+        """None while it runs. Once it has exited, what it left in its process group is killed and
+        then it is reaped, in that order (see `end_group`)."""
+        if self.proc is None:
+            return None
+        if self.proc.returncode is None and exited(self.proc):
+            end_group(self.proc)
+        return self.proc.returncode
 
     @property
     def waiting(self) -> bool:
@@ -88,10 +94,7 @@ class Supervisor:
         process left in its group is killed now, so nothing of it holds a port or a lock meanwhile."""
         child.restarts += 1
         child.restart_at = time.time() + delay_s
-        try:
-            os.killpg(child.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        end_group(child.proc)
         with open(child.log, "a") as out:
             out.write(f"\n=== undertow: {child.name} exited with code {child.returncode}; "
                       f"restart {child.restarts} in {delay_s:g} s ===\n")
@@ -131,16 +134,35 @@ class Supervisor:
         chosen = [c for n in names for c in self.children if c.name == n] if names else list(self.children)
         for child in chosen:
             child.restart_at = None  # a stop wins over a pending restart
-            if child.proc is None:
-                continue
-            if child.returncode is None:
-                child.proc.send_signal(signal.SIGTERM)
-                try:
-                    child.proc.wait((timeouts or {}).get(child.name, timeout))
-                except subprocess.TimeoutExpired:
-                    pass
-            try:  # the child if it overran, and anything of its group that outlived it
-                os.killpg(child.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            child.proc.wait(10)
+            if child.proc is None or child.proc.returncode is not None:
+                continue  # reaped already, its group killed then
+            if not exited(child.proc):
+                os.kill(child.proc.pid, signal.SIGTERM)  # not Popen.send_signal: it would reap
+                deadline = time.monotonic() + (timeouts or {}).get(child.name, timeout)
+                while not exited(child.proc) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            end_group(child.proc)  # the child if it overran, and anything of its group that outlived it
+
+
+def exited(proc: subprocess.Popen) -> bool:
+    """Whether the process has exited, leaving it unreaped: until it is reaped its pid, which is
+    also its process group's id, cannot be handed to another process."""
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # reaped by someone else
+        return True
+
+
+def end_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the process group of a child still unreaped (running or exited), then reap it.
+
+    Never after reaping: the kernel then recycles the pid, and a group id of that number may be
+    another program's, a broker's or another run's child started in a session of its own; a
+    late killpg killed those (kernel.pid_max is 32768 here, and threads use up pids as well)."""
+    if proc.returncode is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(10)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from undertow.infra.broker.local import LocalKafka, _cluster_id
+from tests.helpers import wait_for
 
 
 def props(local: LocalKafka, node_id: int) -> dict[str, str]:
@@ -41,3 +46,23 @@ def test_unknown_node_is_named(tmp_path):
 def test_cluster_ids_never_look_like_a_flag():
     ids = [_cluster_id() for _ in range(2000)]
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
+
+
+
+def test_a_node_is_alive_only_as_its_own_jvm_not_as_another_clusters(tmp_path):
+    """A node that died leaves its pid in the state file; if the kernel gives that pid to a node of
+    another cluster, stop() must not take it for its own (a test's broker was killed so)."""
+    mine, theirs = LocalKafka(tmp_path / "mine", port=30200), LocalKafka(tmp_path / "theirs", port=30300)
+    their_props = theirs._node_dir(theirs._node(1)) / "server.properties"
+    # A process whose command line ends as their node's does: `... kafka.Kafka <its server.properties>`.
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "kafka.Kafka", str(their_props)])
+    try:
+        wait_for(lambda: b"kafka.Kafka" in Path(f"/proc/{stranger.pid}/cmdline").read_bytes(), what="the stranger up")
+        mine._node(1).pid = theirs._node(1).pid = stranger.pid
+        assert theirs.running_nodes() == [1]  # their own node, by its command line
+        assert mine.running_nodes() == []
+        mine.stop()
+        assert stranger.poll() is None  # not signalled
+    finally:
+        stranger.kill()
+        stranger.wait()

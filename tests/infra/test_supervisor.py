@@ -112,3 +112,27 @@ def test_a_finished_taskset_is_not_idle_while_a_worker_waits_to_restart(tmp_path
     sup.restart(rollout)
     assert idle_for(sup, feeder, long_ago, settled_since=long_ago) < 5  # idle counts from its restart
     sup.stop()
+
+
+def test_a_child_that_exits_has_its_group_killed_then_and_is_never_signalled_after(tmp_path, monkeypatch):
+    """Its helper is killed when its exit is noticed, before it is reaped; after that its pid may be
+    another process's, and its group id another's group (a broker of another test was killed by a
+    late killpg), so neither a restart nor the stop signals it again."""
+    sup = Supervisor(tmp_path)
+    helper_pid = tmp_path / "helper.pid"
+    script = ("import subprocess, sys\n"
+              "helper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+              f"open({str(helper_pid)!r}, 'w').write(str(helper.pid))\n")
+    feeder = sup.start("feeder", [sys.executable, "-c", script])
+    crashed = sup.start("rollout", [sys.executable, "-c", "raise SystemExit(1)"])
+    wait_for(lambda: feeder.returncode is not None and crashed.returncode is not None, what="both children exited")
+    pid = int(helper_pid.read_text())
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z",
+             timeout=10, what="the helper killed with the feeder's group")
+
+    signalled = []
+    monkeypatch.setattr(os, "killpg", lambda *a: signalled.append(a))
+    monkeypatch.setattr(os, "kill", lambda *a: signalled.append(a))
+    sup.schedule_restart(crashed, 30.0)
+    sup.stop()
+    assert signalled == []

@@ -60,7 +60,10 @@ def test_partitions_from_config_then_grown_under_a_live_group(kafka):
             late.send(topics.tasks, Task(task_id="after", prompt="p"), key=key_on(4, 3, "t"))
             for i in (2, 3):  # the open group's other half, from a producer that sees 4 partitions
                 late.send(topics.raw, exp(group_id, i, size=4), key=group_id)
-        wait_for(lambda: got.extend(d.record.task_id for d in consumer.poll(200)) or "after" in got, 30, "new partition")
+        held = lambda: {"got": got, "assigned": sorted(tp.partition for tp in consumer._consumer.assignment()),  # noqa: E731
+                        "partitions": parts(topics.tasks)}
+        wait_for(lambda: got.extend(d.record.task_id for d in consumer.poll(200)) or "after" in got, 90,
+                 "the member to take the new partition and read its task", state=held)
         assert sorted(got) == ["after", "before"]
     finally:
         consumer.close()
