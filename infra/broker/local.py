@@ -4,7 +4,8 @@ Every node is a combined broker + controller. The cluster's layout (ports, clust
 `<data>/cluster.json`, so `down` then `up` with the same data directory brings the same cluster
 back with its data, and `status` / `down` work from another process. With `sasl_users` the client
 listener asks for a SASL/PLAIN login; with `tls` it speaks TLS with a certificate from a CA made for this
-data directory (both: SASL_SSL). The controller listener stays on loopback PLAINTEXT.
+data directory (both: SASL_SSL); with `acls` (and users) it authorizes each request by its ACLs. The
+controller listener stays on loopback PLAINTEXT.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class ClusterState:
     extra: dict[str, str] = field(default_factory=dict)
     sasl_users: dict[str, str] = field(default_factory=dict)  # user -> password; empty: no login
     tls: bool = False  # the client listener speaks TLS (certificates in <data>/tls)
+    acls: bool = False  # the broker authorizes every request by its ACLs; the first SASL user is a super user
 
 
 def free_port_block(count: int, start: int = 20000, stop: int = 60000) -> int:
@@ -66,14 +68,17 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _alive(pid: int | None) -> bool:
+def _alive(pid: int | None, props: Path) -> bool:
+    """Whether `pid` is the Kafka node started with the properties file `props`. Not any Kafka: a
+    node that died leaves its pid in the state file, and the kernel may give that pid to a node of
+    another cluster, which stop() must not kill."""
     if not pid:
         return False
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
-    return b"kafka.Kafka" in cmdline  # guards against a recycled pid
+    return cmdline.rstrip(b"\0").split(b"\0")[-2:] == [b"kafka.Kafka", str(props).encode()]
 
 
 class LocalKafka:
@@ -87,7 +92,7 @@ class LocalKafka:
 
     def __init__(self, data_dir: str | Path, port: int = 9092, nodes: int = 1, heap: str = "512m",
                  extra: dict[str, str] | None = None, sasl_users: dict[str, str] | None = None,
-                 tls: bool = False):
+                 tls: bool = False, acls: bool = False):
         self.data_dir = Path(data_dir).resolve()
         self.heap = heap
         state = self._load()
@@ -95,6 +100,8 @@ class LocalKafka:
             if nodes not in (1, 3):
                 raise ValueError(f"nodes: expected 1 or 3, got {nodes}")
             _check_sasl_users(sasl_users or {})
+            if acls and not sasl_users:
+                raise ValueError("acls: needs sasl_users (without a login every client is the same anonymous user)")
             state = ClusterState(
                 cluster_id=_cluster_id(),
                 nodes=[Node(i + 1, port + 2 * i, port + 2 * i + 1) for i in range(nodes)],
@@ -102,6 +109,7 @@ class LocalKafka:
                 extra=dict(extra or {}),
                 sasl_users=dict(sasl_users or {}),
                 tls=tls,
+                acls=acls,
             )
         self.state = state
 
@@ -137,7 +145,7 @@ class LocalKafka:
 
     def running_nodes(self) -> list[int]:
         """Ids of nodes whose JVM is alive."""
-        return [n.node_id for n in self.state.nodes if _alive(n.pid)]
+        return [n.node_id for n in self.state.nodes if self._alive(n)]
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -147,7 +155,7 @@ class LocalKafka:
         if self.state.tls and not self.ca_file.exists():
             make_certificates(self.data_dir / TLS_DIR)
         for node in self.state.nodes:
-            if not _alive(node.pid):
+            if not self._alive(node):
                 self._launch(node, cp)
         self._save()
         self.wait_ready(timeout)
@@ -172,7 +180,7 @@ class LocalKafka:
     def start_node(self, node_id: int, timeout: float = 120.0) -> None:
         """Bring one stopped node back and wait until the whole cluster serves again."""
         node = self._node(node_id)
-        if not _alive(node.pid):
+        if not self._alive(node):
             self._launch(node, kafka_dist.classpath())
             self._save()
         self.wait_ready(timeout)
@@ -213,6 +221,9 @@ class LocalKafka:
     def _node_dir(self, node: Node) -> Path:
         return self.data_dir / f"node-{node.node_id}"
 
+    def _alive(self, node: Node) -> bool:
+        return _alive(node.pid, self._node_dir(node) / "server.properties")
+
     def _launch(self, node: Node, cp: str) -> None:
         ndir = self._node_dir(node)
         (ndir / "log").mkdir(parents=True, exist_ok=True)
@@ -230,7 +241,7 @@ class LocalKafka:
         # Popen returns once exec has begun, but the kernel fills in /proc/<pid>/cmdline a moment
         # later; until then _alive reads the new node as dead and start() would not wait for it.
         deadline = time.monotonic() + 10
-        while not _alive(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+        while not _alive(proc.pid, props) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)
         node.pid = proc.pid
 
@@ -276,6 +287,7 @@ class LocalKafka:
             "offsets.topic.num.partitions": 8,
             **self._sasl_properties(),
             **self._tls_properties(),
+            **self._acl_properties(),
             **self.state.extra,
         }
         return "".join(f"{k}={v}\n" for k, v in props.items())
@@ -294,6 +306,17 @@ class LocalKafka:
                 f'username="{user}" password="{password}" {accounts};',
         }
 
+    def _acl_properties(self) -> dict[str, str]:
+        """KRaft's authorizer, denying what no ACL allows. Super users: the first SASL user (brokers
+        replicate as it; it creates topics and ACLs) and ANONYMOUS, which is how nodes reach the
+        controller listener (PLAINTEXT, on loopback only)."""
+        if not self.state.acls:
+            return {}
+        first = next(iter(self.state.sasl_users))
+        return {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                "allow.everyone.if.no.acl.found": "false",
+                "super.users": f"User:{first};User:ANONYMOUS"}
+
     def _tls_properties(self) -> dict[str, str]:
         """The broker's key and certificate; the CA is trusted too, since brokers replicate over TLS."""
         if not self.state.tls:
@@ -309,14 +332,14 @@ class LocalKafka:
         }
 
     def _signal(self, node: Node, sig: int) -> None:
-        if _alive(node.pid):
+        if self._alive(node):
             os.kill(node.pid, sig)
 
     def _reap(self, node: Node, deadline: float) -> None:
-        while _alive(node.pid) and time.monotonic() < deadline:
+        while self._alive(node) and time.monotonic() < deadline:
             _waitpid(node.pid)
             time.sleep(0.1)
-        if _alive(node.pid):
+        if self._alive(node):
             os.kill(node.pid, signal.SIGKILL)
             time.sleep(0.2)
             _waitpid(node.pid)
@@ -329,7 +352,8 @@ class LocalKafka:
         raw = json.loads(path.read_text())
         return ClusterState(cluster_id=raw["cluster_id"], nodes=[Node(**n) for n in raw["nodes"]],
                             kafka_version=raw["kafka_version"], extra=raw.get("extra", {}),
-                            sasl_users=raw.get("sasl_users", {}), tls=raw.get("tls", False))
+                            sasl_users=raw.get("sasl_users", {}), tls=raw.get("tls", False),
+                            acls=raw.get("acls", False))
 
     def _save(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ import typer
 
 # Modules, not their functions: `undertow.infra.cli.run` must stay the module (a function of the
 # same name bound here would hide it from `import undertow.infra.cli.run as ...` and from mock.patch).
-from undertow.infra.cli import algorithms, annotate, broker, config, history, load, monitor, prepare, processors
+from undertow.infra.cli import acls, algorithms, annotate, broker, config, history, load, monitor, prepare, processors
 from undertow.infra.cli import retrain, rollout, run, serve, status, tail, topics, trainer, watch
 from undertow.infra.cli import eval as evaluation
 
@@ -39,6 +39,7 @@ app.add_typer(broker.broker_app, name="broker")
 app.add_typer(topics.topics_app, name="topics")
 app.add_typer(config.config_app, name="config")
 app.command("algorithms")(algorithms.algorithms)
+app.command("acls")(acls.acls)
 
 def main() -> None:
     app()

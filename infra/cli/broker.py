@@ -27,20 +27,25 @@ def up(data: Optional[Path] = DataOpt,
        heap: str = typer.Option("512m", help="JVM heap per node."),
        sasl_user: Optional[List[str]] = typer.Option(
            None, "--sasl-user", help="NAME:PASSWORD (repeatable): clients must log in with SASL/PLAIN."),
-       tls: bool = typer.Option(False, "--tls", help="Clients connect over TLS, trusting <data>/tls/ca.pem.")) -> None:
+       tls: bool = typer.Option(False, "--tls", help="Clients connect over TLS, trusting <data>/tls/ca.pem."),
+       acls: bool = typer.Option(False, "--acls", help="Authorize every request by its ACLs (`undertow acls CONFIG "
+                                                       "--apply`); the first --sasl-user is a super user.")) -> None:
     """Start the broker (or resume it with its data); returns once it serves metadata."""
     with user_errors():
         if os.environ.get(BOOTSTRAP_ENV):
             console.print(f"{BOOTSTRAP_ENV}={os.environ[BOOTSTRAP_ENV]}: using that cluster, starting nothing.")
             return
         users = dict(_user(u) for u in sasl_user or [])
-        local = LocalKafka(data or default_broker_dir(), port=port, nodes=cluster, heap=heap, sasl_users=users, tls=tls)
+        local = LocalKafka(data or default_broker_dir(), port=port, nodes=cluster, heap=heap, sasl_users=users, tls=tls,
+                           acls=acls)
         if len(local.state.nodes) != cluster:
             raise ValueError(f"--cluster: {local.data_dir} holds a {len(local.state.nodes)}-node cluster, not {cluster}")
         if users and users != local.state.sasl_users:
             raise ValueError(f"--sasl-user: {local.data_dir} was created with other users; use a new --data")
         if tls and not local.state.tls:
             raise ValueError(f"--tls: {local.data_dir} was created without TLS; use a new --data")
+        if acls and not local.state.acls:
+            raise ValueError(f"--acls: {local.data_dir} was created without ACLs; use a new --data")
         t0 = time.monotonic()
         local.start()
         console.print(f"Kafka {local.state.kafka_version} up in {time.monotonic() - t0:.1f}s: "

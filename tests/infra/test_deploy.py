@@ -20,7 +20,9 @@ from undertow.rollout.config import rollout_group
 from undertow.streams import Topics
 
 TOOLS = Tools()
-MANIFESTS = sorted((HERE / "k8s").glob("*.yaml"))
+# users.yaml (Strimzi KafkaUsers) is checked by tests/infra/test_access.py: no registry serves Strimzi's
+# KafkaUser CRD for kubeconform (the three in k8s/crds/ came from Strimzi's repository).
+MANIFESTS = sorted(p for p in (HERE / "k8s").glob("*.yaml") if p.name != "users.yaml")
 RUN = load_component_config(HERE / "run.yaml")
 
 

@@ -60,3 +60,16 @@ def test_cli_sasl_user_is_checked_before_anything_starts(tmp_path, monkeypatch):
     LocalKafka(tmp_path / "b", sasl_users={"alice": "a-pw"})._save()
     code, out = up("b", "bob:b-pw")
     assert code == 2 and "was created with other users" in out
+
+
+def test_with_acls_the_authorizer_denies_what_no_acl_allows_and_the_first_user_is_super(tmp_path):
+    local = LocalKafka(tmp_path / "a", port=30500, sasl_users={"admin": "a-pw", "lab-rollout": "r-pw"}, acls=True)
+    p = props(local)
+    assert p["authorizer.class.name"] == "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+    assert p["allow.everyone.if.no.acl.found"] == "false"
+    assert p["super.users"] == "User:admin;User:ANONYMOUS"  # ANONYMOUS: the nodes on the controller listener
+    local._save()
+    assert LocalKafka(tmp_path / "a").state.acls  # kept with the cluster for the next `up`
+    assert "authorizer.class.name" not in props(LocalKafka(tmp_path / "b", port=30600, sasl_users={"x": "y"}))
+    with pytest.raises(ValueError, match="acls: needs sasl_users"):
+        LocalKafka(tmp_path / "c", port=30700, acls=True)

@@ -1,0 +1,109 @@
+"""Each component's needs on the broker for a run config, from the topic catalog and the group names
+the config resolves to: what `undertow acls` prints and the Strimzi KafkaUser manifests carry.
+
+One principal per component and run: `User:<namespace>-<component>`; a staged run's principals hold
+the grants of every stage's namespace. Who reads and writes what (infra's reading of the code; the
+refusal tests on a broker with the authorizer on are what prove it):
+
+    feeder      writes tasks; reads tasks (what it published) and task-stats; watches the rollout group
+    rollout     reads tasks (its group) and weights; writes experiences.raw
+    processors  reads experiences.raw (its group, the Faust app id); writes ready and task-stats;
+                owns the topics under `<app id>-` (Faust's changelogs and leader topic)
+    trainer     reads ready and expert (its group); writes weights
+    eval        reads weights; writes evals
+    archive     reads the topics it archives (its group)
+    monitor     reads metrics (its group) and weights; watches every group and topic of the run (lag)
+    watchers    read what each watcher reads (a group each)
+    serve       reads weights; writes experiences.raw
+    shadow-S    a shadow trainer and its evaluator: read ready and expert (their group) and their own
+                weights; write their own weights, rejected and evals
+    operator    `undertow run`'s supervisor and a person's commands (topics create, load, replay, tail,
+                status): creates, grows, describes, reads and writes the namespace's topics and the
+                processors' own, watches every group. Trusted: it can write anything the run trains on
+and every one writes metrics and experiences.rejected (its dead letters).
+"""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from undertow.infra.run.config import RunConfig, load_run_config, stage_config
+from undertow.processors.config import processors_group
+from undertow.rollout.config import rollout_group
+from undertow.streams.access import Acl, Needs, acls, needs
+from undertow.streams.topics import Topics
+from undertow.watchers.config import watcher_specs
+
+
+def principal(namespace: str, component: str) -> str:
+    return f"User:{namespace}-{component}"
+
+
+def stage_needs(cfg: RunConfig) -> dict[str, Needs]:
+    """component → its needs in one stage's namespace."""
+    ns = cfg.namespace
+    t = Topics(ns)
+    told = (t.metrics, t.rejected)  # everyone reports and dead-letters
+    rollout = rollout_group(ns, cfg.rollout.consumer_group)
+    processors = processors_group(ns, cfg.processors.app_id)
+    trainer, archive, monitor = cfg.trainer.consumer_group, cfg.archive.consumer_group, f"{ns}-monitor"
+    watchers = watcher_specs(cfg.watchers)
+    shadows = {s.name: (Topics(ns, shadow=s.name), f"{trainer}.shadow-{s.name}") for s in cfg.shadows}
+    every_group = {rollout, processors, trainer, archive, monitor, *(w.group(ns) for w in watchers),
+                   *(group for _, group in shadows.values())}
+    out = {
+        "feeder": needs(reads=(t.tasks, t.task_stats), writes=(t.tasks, *told),
+                        watches=(rollout_group(ns, cfg.feeder.consumer_group),)),
+        "rollout": needs(reads=(t.tasks, t.weights), writes=(t.raw, *told), groups=(rollout,)),
+        "processors": needs(reads=(t.raw,), writes=(t.ready, t.task_stats, *told), groups=(processors,),
+                            owns=(f"{processors}-",)),
+        "trainer": needs(reads=(t.ready, t.expert), writes=(t.weights, *told), groups=(trainer,)),
+        "eval": needs(reads=(t.weights,), writes=(t.evals, *told)),
+        "archive": needs(reads=[t.specs_by_suffix()[s] for s in cfg.archive.topics], groups=(archive,)),
+        "monitor": needs(reads=(t.metrics, t.weights), writes=told, groups=(monitor,), watches=every_group,
+                         inspects=(f"{ns}.",)),
+        "serve": needs(reads=(t.weights,), writes=(t.raw, *told)),
+        "operator": needs(reads=(t.metrics,), writes=told, watches=every_group,
+                          administers=(f"{ns}.", f"{processors}-")),
+    }
+    if watchers:
+        out["watchers"] = needs(reads=[name for w in watchers for name in w.topics(ns)], writes=(t.metrics,),
+                                groups=[w.group(ns) for w in watchers])
+    for name, (own, group) in shadows.items():
+        out[f"shadow-{name}"] = needs(reads=(t.ready, t.expert, own.weights), groups=(group,),
+                                      writes=(own.weights, own.rejected, own.evals, t.metrics))
+    return out
+
+
+def run_needs(path: str) -> tuple[str, dict[str, Needs]]:
+    """(the run's namespace, component → its needs over every stage) for the run config at `path`."""
+    config, raw = load_run_config(path)
+    stages = [stage_config(raw, stage) for stage in config.run.stages] or [config]
+    merged: dict[str, Needs] = {}
+    for cfg in stages:
+        for component, wanted in stage_needs(cfg).items():
+            merged[component] = merged.get(component, Needs()) | wanted
+    return config.namespace, merged
+
+
+def run_acls(path: str) -> dict[str, list[Acl]]:
+    """principal → its ACLs, for the run config at `path`."""
+    namespace, wanted = run_needs(path)
+    return {principal(namespace, c): acls(principal(namespace, c), n) for c, n in sorted(wanted.items())}
+
+
+def strimzi_users(path: str, cluster: str, k8s_namespace: str) -> Iterator[dict]:
+    """One Strimzi KafkaUser per principal (SCRAM-SHA-512, `simple` authorization) carrying its ACLs."""
+    for name, rules in run_acls(path).items():
+        operations: dict[tuple[str, str, str], list[str]] = {}
+        for r in rules:
+            operations.setdefault((r.resource, r.name, r.pattern), []).append(r.operation)
+        yield {"apiVersion": "kafka.strimzi.io/v1", "kind": "KafkaUser",
+               "metadata": {"name": name.removeprefix("User:"), "namespace": k8s_namespace,
+                            "labels": {"strimzi.io/cluster": cluster}},
+               "spec": {"authentication": {"type": "scram-sha-512"},
+                        "authorization": {"type": "simple", "acls": [
+                            {"resource": {"type": kind, "name": resource,
+                                          "patternType": "literal" if pattern == "literal" else "prefix"},
+                             "operations": ops, "host": "*"}
+                            for (kind, resource, pattern), ops in sorted(operations.items())]}}}

@@ -1,0 +1,131 @@
+"""Who may do what on the log: a component's needs, as the broker's ACLs.
+
+A component reads some topics, writes others, commits offsets in its own consumer groups, looks at
+other groups' lag, and (the processors, through Faust) keeps topics of its own under a prefix. Each
+need becomes the narrowest ACL Kafka has for it (Kafka's operations: READ and WRITE imply DESCRIBE;
+committing offsets is READ on the group and the topic; reading a group's offsets is DESCRIBE on it;
+an idempotent producer needs no IDEMPOTENT_WRITE once it may WRITE a topic, KIP-679). Nothing here is
+granted on the cluster: listing groups without it returns the ones a principal may DESCRIBE.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Literal
+
+if TYPE_CHECKING:
+    from undertow.streams.settings import KafkaSettings
+
+Resource = Literal["topic", "group"]
+Pattern = Literal["literal", "prefixed"]
+
+READ, WRITE, DESCRIBE, CREATE, ALTER = "Read", "Write", "Describe", "Create", "Alter"
+DESCRIBE_CONFIGS = "DescribeConfigs"
+
+
+class AclsRefused(RuntimeError):
+    """The broker did not create some ACLs: it runs no authorizer, or the login may not alter them."""
+
+
+@dataclass(frozen=True, order=True)
+class Acl:
+    """One allow rule: `principal` may do `operation` on the topic or group `name` (or every name
+    starting with it, when `pattern` is prefixed), from any host."""
+
+    principal: str
+    resource: Resource
+    pattern: Pattern
+    name: str
+    operation: str
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What one component asks of the broker, by full topic and group names.
+
+    reads / writes: topics it fetches from / produces to; groups: the consumer groups it joins or
+    commits offsets in; watches: groups whose offsets it only reads (lag); owns: topic prefixes it
+    creates and uses itself (Faust's changelogs); administers: topic prefixes it creates, grows,
+    describes, reads and writes (the operator's: a person's commands load, replay and tail);
+    inspects: topic prefixes whose offsets it only reads (the monitor's lag)."""
+
+    reads: frozenset[str] = frozenset()
+    writes: frozenset[str] = frozenset()
+    groups: frozenset[str] = frozenset()
+    watches: frozenset[str] = frozenset()
+    owns: frozenset[str] = frozenset()
+    administers: frozenset[str] = frozenset()
+    inspects: frozenset[str] = frozenset()
+
+    def __or__(self, other: "Needs") -> "Needs":
+        return Needs(*(getattr(self, f) | getattr(other, f) for f in self.__dataclass_fields__))
+
+
+def needs(*, reads: Iterable[str] = (), writes: Iterable[str] = (), groups: Iterable[str] = (),
+          watches: Iterable[str] = (), owns: Iterable[str] = (), administers: Iterable[str] = (),
+          inspects: Iterable[str] = ()) -> Needs:
+    """A `Needs` from any iterables (None entries, a feature switched off, are left out)."""
+    def kept(names: Iterable[str | None]) -> frozenset[str]:
+        return frozenset(n for n in names if n)
+    return Needs(kept(reads), kept(writes), kept(groups), kept(watches), kept(owns), kept(administers), kept(inspects))
+
+
+def acls(principal: str, wanted: Needs) -> list[Acl]:
+    """The ACLs that grant `wanted` to `principal` and nothing more, sorted."""
+    rules = {Acl(principal, "topic", "literal", t, READ) for t in wanted.reads}
+    rules |= {Acl(principal, "topic", "literal", t, WRITE) for t in wanted.writes}
+    rules |= {Acl(principal, "group", "literal", g, READ) for g in wanted.groups}
+    rules |= {Acl(principal, "group", "literal", g, DESCRIBE) for g in wanted.watches - wanted.groups}
+    rules |= {Acl(principal, "topic", "prefixed", p, op) for p in wanted.owns for op in (CREATE, READ, WRITE)}
+    rules |= {Acl(principal, "topic", "prefixed", p, op) for p in wanted.administers
+              for op in (CREATE, ALTER, DESCRIBE_CONFIGS, READ, WRITE)}
+    rules |= {Acl(principal, "topic", "prefixed", p, DESCRIBE) for p in wanted.inspects - wanted.administers}
+    return sorted(rules)
+
+
+def allowed(rules: Iterable[Acl], principal: str, resource: Resource, name: str, operation: str) -> bool:
+    """Whether `rules` let `principal` do `operation` on `name`, as the broker decides it (READ or WRITE
+    grant DESCRIBE too): for checking a grant without a broker."""
+    implied = {DESCRIBE: {DESCRIBE, READ, WRITE, ALTER}}.get(operation, {operation})
+    return any(r.principal == principal and r.resource == resource and r.operation in implied
+               and (r.name == name if r.pattern == "literal" else name.startswith(r.name)) for r in rules)
+
+
+def apply(settings: "KafkaSettings", rules: Iterable[Acl], timeout_s: float = 30.0) -> int:
+    """Create `rules` on the cluster through the admin API (an ACL that exists is left as it is) and
+    return once the broker enforces them; returns how many were sent. Raises AclsRefused with the
+    broker's reasons when it refused any (it runs no authorizer, or `settings` log in as a principal
+    that may not alter ACLs)."""
+    from kafka.admin import (ACL, ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType,
+                             ResourcePattern, ResourcePatternFilter, ResourceType)
+
+    from undertow.streams.admin import admin_client
+
+    operations = {READ: ACLOperation.READ, WRITE: ACLOperation.WRITE, DESCRIBE: ACLOperation.DESCRIBE,
+                  CREATE: ACLOperation.CREATE, ALTER: ACLOperation.ALTER, DESCRIBE_CONFIGS: ACLOperation.DESCRIBE_CONFIGS}
+    rules = list(rules)
+    wanted = [ACL(principal=r.principal, host="*", operation=operations[r.operation],
+                  permission_type=ACLPermissionType.ALLOW,
+                  resource_pattern=ResourcePattern(ResourceType.TOPIC if r.resource == "topic" else ResourceType.GROUP,
+                                                   r.name, ACLResourcePatternType.LITERAL if r.pattern == "literal"
+                                                   else ACLResourcePatternType.PREFIXED)) for r in rules]
+    key = lambda a: (a.principal, a.operation, a.resource_pattern.resource_type,  # noqa: E731
+                     a.resource_pattern.resource_name, a.resource_pattern.pattern_type)
+    everything = ACLFilter(principal=None, host=None, operation=ACLOperation.ANY, permission_type=ACLPermissionType.ANY,
+                           resource_pattern=ResourcePatternFilter(ResourceType.ANY, None, ACLResourcePatternType.ANY))
+    with admin_client(settings) as admin:
+        result = admin.create_acls(wanted)
+        if result["failed"]:
+            reasons = sorted({getattr(e, "__name__", repr(e)) for e in result["failed"]})
+            raise AclsRefused(f"the broker refused {len(result['failed'])} of {len(rules)} ACLs: {', '.join(reasons)}")
+        # The controller has committed them; a broker's authorizer applies them when it replays the
+        # metadata log, a moment later, and a client let in by them in that moment was refused
+        # (InitProducerId: ClusterAuthorizationFailed). A broker describes ACLs from its authorizer.
+        deadline = time.monotonic() + timeout_s
+        while missing := {key(a) for a in wanted} - {key(a) for a in admin.describe_acls(everything)[0]}:
+            if time.monotonic() > deadline:
+                raise AclsRefused(f"{len(missing)} of {len(rules)} ACLs created but not enforced by the broker "
+                                  f"after {timeout_s:g} s, e.g. {sorted(missing, key=str)[0]}")
+            time.sleep(0.1)
+    return len(rules)
