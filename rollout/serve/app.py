@@ -22,14 +22,17 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from undertow.rollout.serve.endpoint import Endpoint
+from undertow.rollout.serve.keys import KeyCheck
 from undertow.rollout.serve.protocol import ApiError, stream_events
 
 log = logging.getLogger(__name__)
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def build_app(endpoint: Endpoint) -> Starlette:
-    """The ASGI app over `endpoint`: /v1/models, /v1/chat/completions and the session routes."""
+def build_app(endpoint: Endpoint, keys: frozenset[str] = frozenset()) -> Starlette:
+    """The ASGI app over `endpoint`: /v1/models, /v1/chat/completions and the session routes; with
+    `keys`, each of those needs one of them as a bearer token (/health stays open for probes)."""
+    check = KeyCheck(keys)
 
     async def chat(request: Request) -> Any:
         body = await _json(request)
@@ -55,20 +58,24 @@ def build_app(endpoint: Endpoint) -> Starlette:
         return {"status": "ok", "policy_version": endpoint.version, "sessions_open": endpoint.sessions_open,
                 "sessions_expired": endpoint.expired}
 
-    routes = [Route("/v1/chat/completions", _api(chat), methods=["POST"]),
-              Route("/v1/models", _api(models), methods=["GET"]),
-              Route("/v1/models/{model:path}", _api(model), methods=["GET"]),
-              Route("/v1/undertow/sessions/{session_id}/reward", _api(reward), methods=["POST"]),
-              Route("/v1/undertow/sessions/{session_id}", _api(drop), methods=["DELETE"]),
+    routes = [Route("/v1/chat/completions", _api(chat, check), methods=["POST"]),
+              Route("/v1/models", _api(models, check), methods=["GET"]),
+              Route("/v1/models/{model:path}", _api(model, check), methods=["GET"]),
+              Route("/v1/undertow/sessions/{session_id}/reward", _api(reward, check), methods=["POST"]),
+              Route("/v1/undertow/sessions/{session_id}", _api(drop, check), methods=["DELETE"]),
               Route("/health", _api(health), methods=["GET"])]
     return Starlette(routes=routes, exception_handlers={HTTPException: _http_error})
 
 
-def _api(handler: Callable[[Request], Awaitable[Any]]) -> Handler:
-    """`handler`'s dict as JSON; its errors as OpenAI's error objects."""
+def _api(handler: Callable[[Request], Awaitable[Any]], check: KeyCheck | None = None) -> Handler:
+    """`handler`'s dict as JSON; its errors as OpenAI's error objects; with `check` requiring keys, a
+    request without a valid one is a 401 before anything else is read."""
 
     async def wrapped(request: Request) -> Response:
         try:
+            if check is not None and check.required and not check.allows(request.headers.get("authorization")):
+                raise ApiError(401, "Missing or invalid API key: send `Authorization: Bearer KEY` with one of the "
+                                    "keys serve.api_keys points at.", code="invalid_api_key")
             answer = await handler(request)
             return answer if isinstance(answer, Response) else JSONResponse(answer)
         except ApiError as e:
@@ -96,7 +103,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(ApiError(status, message).body(), status_code=status)
 
 
-def serve(endpoint: Endpoint, host: str = "127.0.0.1", port: int = 8000) -> None:
+def serve(endpoint: Endpoint, host: str = "127.0.0.1", port: int = 8000, keys: frozenset[str] = frozenset()) -> None:
     """Serve until SIGINT / SIGTERM, following the weights topic meanwhile; then close the endpoint."""
     import uvicorn
 
@@ -107,6 +114,6 @@ def serve(endpoint: Endpoint, host: str = "127.0.0.1", port: int = 8000) -> None
             signal.signal(sig, lambda *_: None)
     endpoint.start()
     try:
-        uvicorn.Server(uvicorn.Config(build_app(endpoint), host=host, port=port, log_level="info")).run()
+        uvicorn.Server(uvicorn.Config(build_app(endpoint, keys), host=host, port=port, log_level="info")).run()
     finally:
         endpoint.close()

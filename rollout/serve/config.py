@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from undertow.rollout.serve.keys import ApiKeys
+
 
 class ServeConfig(BaseModel):
     """`serve:` — the OpenAI-compatible endpoint's settings (the engine and sampling are `rollout:`'s)."""
@@ -17,3 +19,9 @@ class ServeConfig(BaseModel):
     session_ttl_s: float | None = Field(
         600.0, gt=0, description="a recorded session with no request for this long is dropped unpublished (counted "
                                  "in the sessions_expired metric); null: kept until its reward or DELETE")
+    max_sessions: int = Field(
+        4096, ge=1, description="recorded sessions open at once; a new one beyond it is answered 429 (finish, "
+                                "report or DELETE sessions first) instead of growing the endpoint's memory")
+    api_keys: ApiKeys | None = Field(
+        None, description="where the API keys are ({env: VARIABLE} or {file: PATH}, never the keys themselves): "
+                          "requests then need `Authorization: Bearer KEY`; required to bind beyond loopback")

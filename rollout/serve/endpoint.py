@@ -261,6 +261,10 @@ class Endpoint:
         with self._lock:
             if session_id in self._expired_ids:  # its next turn would start a new episode mid-conversation
                 raise self._unknown(session_id)
+            if session_id not in self._sessions and len(self._sessions) >= self.settings.max_sessions:
+                raise ApiError(429, f"{len(self._sessions)} sessions are open (serve.max_sessions): report the reward "
+                               f"of (or DELETE) finished sessions before starting new ones", type="rate_limit_error",
+                               code="too_many_sessions")
             lock = self._session_locks.setdefault(session_id, threading.Lock())
             if session_id in self._sessions:
                 return self._sessions[session_id], lock

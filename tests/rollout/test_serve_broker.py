@@ -4,8 +4,11 @@ reports its reward, and the episode lands on <ns>.experiences.raw token-in/token
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -13,6 +16,7 @@ import urllib.request
 import openai
 import pytest
 import uvicorn
+import yaml
 
 from undertow.kernel.models import ModelSpec
 from undertow.schemas import Experience, MetricEvent
@@ -20,7 +24,7 @@ from undertow.streams import RecordProducer, Topics
 from undertow.rollout.serve import Episode
 from undertow.rollout.serve.app import build_app
 from undertow.rollout.serve.endpoint import Endpoint
-from tests.helpers import load_run, read_all, start_cli, wait_for
+from tests.helpers import ROOT, env, load_run, read_all, start_cli, wait_for
 from tests.rollout.test_generation import trainer_logprobs
 from tests.rollout.test_worker_broker import publish_weights
 
@@ -120,6 +124,105 @@ def test_undertow_serve_answers_until_sigterm(kafka, namespace, config_path):
         proc.send_signal(signal.SIGTERM)
         out = proc.communicate(timeout=60)[0]
     assert proc.returncode == 0, out[-3000:]
+
+
+@pytest.mark.slow
+def test_200_agents_at_once_each_get_their_own_episode_published_once_and_a_201st_is_told_to_wait(
+        kafka, namespace, config_path):
+    """200 sessions play 3 turns each concurrently through the openai client against a served tiny
+    model (serve.max_sessions 200): while all are open a new session is a 429, then every episode
+    is published exactly once, holding its own three turns and no other session's."""
+    sessions, turns = 200, 3
+    config, context = load_run(config_path(rollout={"sampling": {"max_new_tokens": 3}},
+                                           serve={"max_sessions": sessions}), kafka)
+    endpoint = Endpoint.connect(config.rollout, context, "serve-load", config.serve)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(build_app(endpoint), log_level="warning"))
+    endpoint.start()
+    threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
+    base = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    all_open = threading.Barrier(sessions + 1, timeout=300)
+    failures: list[str] = []
+
+    def play(i: int) -> None:
+        episode = Episode(base, f"load-{i}", group=f"load-{i}")
+        agent = openai.OpenAI(base_url=base, api_key="-", default_headers=episode.headers, max_retries=0, timeout=120)
+        messages = []
+        try:
+            for t in range(turns):
+                messages.append({"role": "user", "content": f"<{i}:{t}>"})
+                reply = agent.chat.completions.create(model="policy", messages=messages)
+                messages.append({"role": "assistant", "content": reply.choices[0].message.content})
+                if t == 0:
+                    all_open.wait()  # every session open: the test tries a 201st
+                    all_open.wait()
+            episode.report(reward=float(i))
+        except Exception as e:  # noqa: BLE001 - named in the assertion below
+            failures.append(f"session {i}: {type(e).__name__}: {e}")
+            all_open.abort()
+
+    players = [threading.Thread(target=play, args=(i,), daemon=True) for i in range(sessions)]
+    try:
+        wait_for(lambda: server.started, timeout=30, what="server up")
+        for p in players:
+            p.start()
+        try:
+            all_open.wait()
+        except threading.BrokenBarrierError:
+            pass
+        assert not failures and endpoint.sessions_open == sessions, (endpoint.sessions_open, failures[:5])
+        late = openai.OpenAI(base_url=base, api_key="-", max_retries=0,
+                             default_headers=Episode(base, "late", group="late").headers)
+        with pytest.raises(openai.RateLimitError) as refused:
+            late.chat.completions.create(model="policy", messages=[{"role": "user", "content": "<late>"}])
+        assert refused.value.code == "too_many_sessions"
+        all_open.wait()
+        for p in players:
+            p.join(timeout=300)
+        assert not failures, failures[:5]
+    finally:
+        server.should_exit = True
+        endpoint.close()
+    published = [e for e in read_all(kafka, Topics(namespace).raw, Experience)]
+    assert sorted(e.group_id for e in published) == sorted(f"load-{i}" for i in range(sessions))
+    for e in published:
+        i = int(e.group_id.split("-")[1])
+        text = endpoint.tokenizer.decode(e.prompt_tokens + e.response_tokens)
+        assert re.findall(r"<(\d+):(\d+)>", text) == [(str(i), str(t)) for t in range(turns)], (e.group_id, text)
+        assert e.reward == float(i)
+
+
+@pytest.mark.slow
+def test_the_readmes_serve_command_works_on_a_fresh_machine(tmp_path, config_path):
+    """No cluster configured and no broker running: `undertow serve CONFIG` starts the local broker
+    (as `undertow broker up`), creates the namespace's topics, and a reported episode is published."""
+    from undertow.infra.broker.local import LocalKafka
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    home, config = tmp_path / "home", config_path(rollout={"sampling": {"max_new_tokens": 4}})
+    proc = subprocess.Popen([sys.executable, "-m", "undertow.infra.cli", "serve", str(config), "--port", str(port)],
+                            env={k: v for k, v in env(UNDERTOW_HOME=str(home)).items() if k != "UNDERTOW_BOOTSTRAP"},
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    running = None
+    try:
+        base = f"http://127.0.0.1:{port}/v1"
+        wait_for(lambda: _models(base), timeout=240, what="undertow serve up with its own broker", proc=proc, every=0.5)
+        running = LocalKafka(home / "broker").running_nodes()  # its state as serve left it on disk
+        episode = Episode(base, group="fresh-1")
+        openai.OpenAI(base_url=episode.base_url, api_key="-", default_headers=episode.headers, max_retries=0) \
+            .chat.completions.create(model="policy", messages=[{"role": "user", "content": "1+1?"}])
+        episode.report(reward=1.0)
+        ns = yaml.safe_load(config.read_text())["namespace"]
+        published = read_all(LocalKafka(home / "broker").settings(), Topics(ns).raw, Experience)
+        assert [e.group_id for e in published] == ["fresh-1"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=60)[0]
+        LocalKafka(home / "broker").stop()  # serve leaves it running, as `undertow broker up` does
+    assert running and proc.returncode == 0 and "starting the local broker" in out, out[-3000:]
 
 
 def _models(base: str) -> list | None:
