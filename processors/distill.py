@@ -13,6 +13,13 @@ student's tokenizer: a record stamped with another tokenizer's fingerprint is re
 outcome advantage: reward and teacher together); `replace` makes it the whole advantage.
 Observation tokens (loss_mask 0) get 0. The record keeps `teacher_kl`, its mean per-token estimate,
 in metadata.
+
+With `endpoint: {base_url, model}` the teacher is served by an OpenAI-compatible server (vLLM, SGLang)
+instead of loaded here: one completions request per batch sends the records' token ids and reads
+their log-probs back (`echo` with `logprobs`); `teacher:` then only names the model it serves, for
+its tokenizer. A served model's log-probs are at its own temperature 1, so the rollout must sample at
+1 too. A teacher past `timeout_s` rejects the batch's records (`teacher_timeout`), a failing one
+`teacher_error`: they wait on the rejected topic, replayable, rather than train on nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from __future__ import annotations
 from typing import Any, Literal, Mapping
 
 from undertow.kernel.models import ModelSpec, build_model, build_tokenizer, fingerprint
+from undertow.kernel.models.checks import model_problems
+from undertow.kernel.scoring.backends import OpenAIBackend
 from undertow.kernel.lazy import torch
 from undertow.processors.api import Reject, processor
 from undertow.schemas import Experience
@@ -28,12 +37,14 @@ from undertow.schemas.logprobs import sequence_logprobs
 
 @processor("distill")
 class Distill:
-    """teacher: a model spec (as `model:`; `init_from` for trained weights); coef: the term's weight;
-    mode: add (to the earlier stage's advantage) or replace; temperature: the rollout's sampling
-    temperature; batch_size: sequences per teacher forward pass."""
+    """teacher: a model spec (as `model:`; `init_from` for trained weights); endpoint: where it is
+    served instead ({base_url, model, api_key_env, timeout_s}: kernel/scoring's OpenAIBackend); coef:
+    the term's weight; mode: add (to the earlier stage's advantage) or replace; temperature: the
+    rollout's sampling temperature; batch_size: sequences per teacher forward pass or request."""
 
-    def __init__(self, *, teacher: Mapping[str, Any] | None, coef: float = 1.0,
-                 mode: Literal["add", "replace"] = "replace", temperature: float = 1.0, batch_size: int = 16):
+    def __init__(self, *, teacher: Mapping[str, Any] | None, endpoint: Mapping[str, Any] | None = None,
+                 coef: float = 1.0, mode: Literal["add", "replace"] = "replace", temperature: float = 1.0,
+                 batch_size: int = 16):
         if teacher is None:
             raise ValueError("teacher: set the teacher model (a model spec, as `model:`; e.g. {source: hf, path: DIR})")
         if coef <= 0:
@@ -43,29 +54,51 @@ class Distill:
         if temperature <= 0 or batch_size < 1:
             raise ValueError(f"temperature ({temperature}) must be > 0 and batch_size ({batch_size}) >= 1")
         self.spec = ModelSpec.model_validate(dict(teacher))
+        self.endpoint = served_by(endpoint, temperature) if endpoint is not None else None
+        if self.endpoint is None and (problems := list(model_problems(self.spec, "teacher"))):
+            raise ValueError("; ".join(problems))  # at config check, not at the first batch
         self.coef, self.mode, self.temperature, self.batch_size = coef, mode, temperature, batch_size
-        self.model: Any = None  # loaded at the first batch: checking a config builds no model
+        self.model: Any = None  # loaded at the first batch (with the tokenizer): checking a config builds no model
         self.tokenizer = ""
         self.runs_off_loop = True  # a teacher's forward pass takes seconds (streams/faust/worker.py)
         self.bounded = True  # undertow's own code: no stage deadline (pipeline.py)
 
+    @staticmethod
+    def reads_at_temperature(*, temperature: float = 1.0, **_: Any) -> float:
+        """The sampling temperature its log-probs are compared at (a config rule holds it to the rollout's)."""
+        return temperature
+
     def _load(self) -> None:
-        self.model = build_model(self.spec).eval()
+        if self.endpoint is not None:
+            self.endpoint.load()
+        else:
+            self.model = build_model(self.spec).eval()
         self.tokenizer = fingerprint(build_tokenizer(self.spec))
 
     def process_batch(self, exps: list[Experience]) -> list[Experience | Reject]:
-        if self.model is None:
+        if not self.tokenizer:
             self._load()
         out: list[Experience | Reject] = []
         for start in range(0, len(exps), self.batch_size):
             chunk = exps[start:start + self.batch_size]
-            teacher = self.teacher_logprobs(chunk)
+            try:
+                teacher = self.teacher_logprobs(chunk)
+            except TimeoutError as e:
+                out += [Reject("teacher_timeout", str(e))] * len(chunk)
+                continue
+            except Exception as e:  # noqa: BLE001 - an endpoint's failure is the batch's verdict, not the worker's end
+                if self.endpoint is None:
+                    raise
+                out += [Reject("teacher_error", f"{type(e).__name__}: {e}")] * len(chunk)
+                continue
             out += [self._distilled(e, t) for e, t in zip(chunk, teacher)]
         return out
 
     def teacher_logprobs(self, exps: list[Experience]) -> list[list[float]]:
-        """log π_teacher of each record's response tokens, one forward pass for the batch."""
+        """log π_teacher of each record's response tokens: one forward pass, or one request, for the batch."""
         rows = [e.prompt_tokens + e.response_tokens for e in exps]
+        if self.endpoint is not None:
+            return self.endpoint.token_logprobs(rows, [len(e.prompt_tokens) for e in exps])
         width = max(len(r) for r in rows)
         ids = torch.zeros(len(rows), width, dtype=torch.long)
         mask = torch.zeros_like(ids)
@@ -80,8 +113,8 @@ class Distill:
     def _distilled(self, exp: Experience, teacher: list[float]) -> Experience | Reject:
         stamp = exp.metadata.get("tokenizer")
         if stamp and stamp != self.tokenizer:
-            return Reject("tokenizer_mismatch", f"the teacher reads tokenizer {self.tokenizer}, the record was made with "
-                                                f"{stamp}: its token ids mean other words to the teacher")
+            return Reject("tokenizer_mismatch", f"the teacher reads tokenizer {self.tokenizer}, the record was made "
+                                                f"with {stamp}: its token ids mean other words to the teacher")
         n = len(exp.response_tokens)
         if len(exp.behaviour_logprobs) != n:
             return Reject("no_logprobs", "distillation needs the student's behaviour log-probs of every response token")
@@ -92,3 +125,17 @@ class Distill:
         counted = max(sum(1 for m in trained if m), 1)
         kl = -sum(gaps) / counted  # mean of log π_student − log π_teacher over the trained tokens
         return exp.model_copy(update={"advantages": advantages, "metadata": {**exp.metadata, "teacher_kl": kl}})
+
+
+def served_by(endpoint: Mapping[str, Any], temperature: float) -> OpenAIBackend:
+    """The endpoint's client, refusing what it cannot do: log-probs at a temperature other than 1."""
+    if temperature != 1.0:
+        raise ValueError(f"temperature: an endpoint teacher gives its model's log-probs at temperature 1, the "
+                         f"student's are at {temperature:g}: sample at 1, or load the teacher here (no endpoint)")
+    fields = dict(endpoint)
+    if not fields.get("base_url") or not fields.get("model"):
+        raise ValueError(f"endpoint: needs base_url and model (got {sorted(fields)})")
+    try:
+        return OpenAIBackend(**fields)
+    except TypeError as e:
+        raise ValueError(f"endpoint: {e}") from None

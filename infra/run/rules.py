@@ -173,6 +173,21 @@ def pass_rates_have_a_reporter(cfg: "RunConfig") -> Iterator[str]:
 
 
 @rule
+def stages_compare_log_probs_at_the_sampling_temperature(cfg: "RunConfig") -> Iterator[str]:
+    """A stage that sets its log-probs against the student's (distill's teacher) must compute them at the
+    temperature the student sampled at, or every token's gap carries the two temperatures' difference."""
+    import undertow.processors.builtins  # noqa: F401  registers them: a default pipeline is not validated
+
+    sampled = cfg.rollout.sampling.temperature
+    for i, entry in enumerate(cfg.processors.pipeline):
+        component = PROCESSORS.resolve(entry)
+        ask = getattr(component.obj, "reads_at_temperature", None)
+        if ask and (assumed := ask(**component.kwargs)) != sampled:
+            yield (f"processors.pipeline.{i} ({component.name}): temperature ({assumed}) must equal "
+                   f"rollout.sampling.temperature ({sampled}), the temperature of the student's log-probs it reads")
+
+
+@rule
 def baselines_are_generated(cfg: "RunConfig") -> Iterator[str]:
     """An advantage against the greedy answer's reward (ReMax) reads it from each sample's metadata,
     which only rollout.greedy_baseline puts there: without it every group would be rejected."""

@@ -93,16 +93,32 @@ class OpenAIBackend:
         self.client = OpenAI(base_url=self.base_url, api_key=os.environ.get(self.api_key_env, "EMPTY"),
                              timeout=self.timeout_s, max_retries=0)
 
-    def _chat(self, prompt: str, **kw: Any) -> Any:
+    def _ask(self, create: Any, **kw: Any) -> Any:
         from openai import APITimeoutError
 
         try:
-            return self.client.chat.completions.create(model=self.model, messages=[{"role": "user", "content": prompt}],
-                                                       temperature=0.0, **kw)
+            return create(model=self.model, temperature=0.0, **kw)
         except APITimeoutError as e:
-            # The client's timeout is the scorer's own deadline (`timeout_s`): whichever clock fires first,
+            # The client's timeout is the caller's own deadline (`timeout_s`): whichever clock fires first,
             # the verdict is a timeout, not an error (ModelScorer reads a TimeoutError as one).
             raise TimeoutError(f"{self.base_url}: no answer within {self.timeout_s:g} s") from e
+
+    def _chat(self, prompt: str, **kw: Any) -> Any:
+        return self._ask(self.client.chat.completions.create, messages=[{"role": "user", "content": prompt}], **kw)
+
+    def token_logprobs(self, sequences: list[list[int]], starts: list[int]) -> list[list[float]]:
+        """log p(token | the tokens before it) of each sequence's tokens from `starts[i]` on, as the served
+        model reads them at its own temperature (1): one completions request with token ids as prompts,
+        `echo` and `logprobs` on; the one token each must generate is not read."""
+        out = self._ask(self.client.completions.create, prompt=sequences, max_tokens=1, echo=True, logprobs=0)
+        result = []
+        for seq, start, choice in zip(sequences, starts, sorted(out.choices, key=lambda c: c.index)):
+            echoed = choice.logprobs.token_logprobs if choice.logprobs else []  # [None, lp(t1), ..., lp(new)]
+            if len(echoed) < len(seq):
+                raise ValueError(f"{self.base_url} echoed {len(echoed)} log-probs for {len(seq)} prompt tokens: "
+                                 f"it does not return the prompt's log-probs (completions `echo` with `logprobs`)")
+            result.append([float(lp) for lp in echoed[start:len(seq)]])
+        return result
 
     def generate(self, prompts: list[str], max_new_tokens: int) -> list[str]:
         return [self._chat(p, max_tokens=max_new_tokens).choices[0].message.content or "" for p in prompts]

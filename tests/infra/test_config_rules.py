@@ -70,6 +70,12 @@ CASES = {
         {"feeder": {"selector": "bots"}, "processors": {"pipeline": ["clean", "reshape"]}},
         ["feeder.selector (bots) draws by pass rates", "no stage of processors.pipeline reports them"],
         {"feeder": {"selector": "bots"}, "processors": {"pipeline": ["clean", "reshape", "prioritize"]}}),
+    "stages_compare_log_probs_at_the_sampling_temperature": (
+        {"rollout": {"sampling": {"temperature": 0.7}}, "trainer": {"algorithm": {"temperature": 0.7}},
+         "processors": {"pipeline": ["clean", {"name": "distill", "teacher": {}}]}},
+        ["processors.pipeline.1 (distill): temperature (1.0) must equal rollout.sampling.temperature (0.7)"],
+        {"rollout": {"sampling": {"temperature": 0.7}}, "trainer": {"algorithm": {"temperature": 0.7}},
+         "processors": {"pipeline": ["clean", {"name": "distill", "teacher": {}, "temperature": 0.7}]}}),
     "baselines_are_generated": (
         {"processors": {"pipeline": ["clean", {"name": "reshape", "advantage": "remax"}]}},
         ["processors.pipeline.1 (reshape): its advantage is measured against the reward of each task's greedy answer",

@@ -76,3 +76,38 @@ def test_a_bad_teacher_or_coefficient_fails_the_config_naming_the_field():
         RunConfig.model_validate({"processors": {"pipeline": ["clean", {"name": "distill", "teacher": {"source": "nope"}}]}})
     with pytest.raises(ValueError, match="coef"):
         Distill(teacher={}, coef=0.0)
+    with pytest.raises(ValueError, match=r"teacher.init_from: /nowhere/hf does not exist"):
+        Distill(teacher={"init_from": "/nowhere/hf"})
+
+
+def test_an_endpoint_teacher_refuses_a_temperature_it_cannot_give_and_names_missing_fields():
+    with pytest.raises(ValueError, match="temperature: an endpoint teacher gives its model's log-probs at temperature"):
+        Distill(teacher={}, endpoint={"base_url": "http://127.0.0.1:1/v1", "model": "t"}, temperature=0.7)
+    with pytest.raises(ValueError, match="endpoint: needs base_url and model"):
+        Distill(teacher={}, endpoint={"base_url": "http://127.0.0.1:1/v1"})
+    with pytest.raises(ValueError, match="endpoint: .*unexpected keyword argument 'nope'"):
+        Distill(teacher={}, endpoint={"base_url": "http://127.0.0.1:1/v1", "model": "t", "nope": 1})
+    # Served elsewhere: its weights need no local file (only its tokenizer is read here).
+    Distill(teacher={"init_from": "/nowhere/hf"}, endpoint={"base_url": "http://127.0.0.1:1/v1", "model": "t"})
+
+
+def test_an_endpoint_teacher_that_is_gone_or_silent_rejects_the_batch_with_its_reason():
+    """Real sockets: one refusing connections, one accepting them and never answering. (The log-probs
+    an endpoint gives are checked against vLLM's server in tests/vllm/test_distill_endpoint.py.)"""
+    import socket
+
+    group = make_group("g", size=3)
+    with socket.socket() as gone:
+        gone.bind(("127.0.0.1", 0))
+        port = gone.getsockname()[1]  # closed on leaving: nothing listens there
+    out = Distill(teacher={}, batch_size=2, endpoint={"base_url": f"http://127.0.0.1:{port}/v1", "model": "t"}
+                  ).process_batch(group)
+    assert [r.reason for r in out] == ["teacher_error"] * 3, out
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel completes the handshake; nobody ever reads the request
+        stage = Distill(teacher={}, endpoint={"base_url": f"http://127.0.0.1:{silent.getsockname()[1]}/v1",
+                                              "model": "t", "timeout_s": 0.5})
+        out = stage.process_batch(group)
+    assert [r.reason for r in out] == ["teacher_timeout"] * 3, out
+    assert "no answer within 0.5 s" in out[0].detail
