@@ -88,6 +88,39 @@ def read_events(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
+def step_breakdown(events: list[dict]) -> list[str]:
+    """Where a step's wall time went, from the run's metrics: the trainer's compute, its wait for
+    data, its publish and checkpoint (and the rest: intake and bookkeeping); the rollout's generation,
+    its share of the wall and its swaps; each processor stage's latency; the evaluations."""
+    trainer = sorted((e for e in events if e["component"] == "trainer" and "version" in e), key=lambda e: e["time"])
+    if len(trainer) < 2:
+        return ["step breakdown: fewer than 2 trainer steps"]
+    steps = trainer[1:]  # each interval ends at a step's metric
+    mean = lambda key: sum(e.get(key, 0.0) for e in steps) / len(steps)  # noqa: E731
+    interval = (trainer[-1]["time"] - trainer[0]["time"]) / len(steps)
+    parts = {k: mean(k) for k in ("step_s", "wait_s", "publish_s", "checkpoint_s")}
+    lines = [f"trainer, per step ({len(steps)} intervals): {interval:.1f} s = compute {parts['step_s']:.1f} + wait for "
+             f"data {parts['wait_s']:.1f} + publish {parts['publish_s']:.1f} + checkpoint {parts['checkpoint_s']:.1f}"
+             f" + other {interval - sum(parts.values()):.1f}"]
+    span = trainer[-1]["time"] - trainer[0]["time"]
+    for worker in sorted({e["component"] for e in events if e["component"].startswith("rollout")}):
+        mine = [e for e in events if e["component"] == worker and trainer[0]["time"] < e["time"] <= trainer[-1]["time"]]
+        swaps = [e["weight_swap_s"] for e in mine if "weight_swap_s" in e]
+        mine = [e for e in mine if "generate_s" in e]
+        if mine:
+            lines.append(f"{worker}: generating {sum(e['generate_s'] for e in mine) / span:.0%} of the wall, "
+                         f"{sum(e.get('tokens', 0.0) for e in mine) / span:.1f} tokens/s; {len(swaps)} swaps of "
+                         f"{sum(swaps) / max(len(swaps), 1):.2f} s")
+    stages = [e for e in events if e["component"] == "processors"]
+    latency = sorted({k for e in stages for k in e if k.endswith(".latency_ms")})
+    if latency:
+        lines.append("processors, mean latency: " + ", ".join(
+            f"{k.split('.')[0]} {sum(e[k] for e in stages if k in e) / sum(k in e for e in stages):.0f} ms" for k in latency))
+    evals = [e for e in events if e["component"] == "eval"]
+    lines.append(f"evaluations in the run: {len(evals)}")
+    return lines
+
+
 def report(run_dir: Path, config: dict, status: str, wall_s: float, args: argparse.Namespace) -> None:
     events = read_events(run_dir)
     evals = sorted((e for e in events if e["component"] == "eval"), key=lambda e: e["step"])
@@ -104,6 +137,8 @@ def report(run_dir: Path, config: dict, status: str, wall_s: float, args: argpar
         print(f"  training batches' mean reward: {first.get('reward_mean', float('nan')):.3f} (step "
               f"{first['version']:.0f}) -> {last.get('reward_mean', float('nan')):.3f} (step {last['version']:.0f}); "
               f"mean step {sum(e.get('step_s', 0) for e in trainer) / len(trainer):.0f} s (waits for data included)")
+    for line in step_breakdown(events):
+        print(f"  {line}")
     if len(evals) < 2:
         print(f"  held-out: {len(evals)} evaluation(s) recorded, need the first and the last "
               f"(see {run_dir}/logs/*/eval.log)")

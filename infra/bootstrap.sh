@@ -2,13 +2,16 @@
 # Set up a machine for undertow: the virtual environment (outside the checkout, reused while the
 # dependency files are unchanged: torch alone is ~3.5 GB) and Apache Kafka resolved by Maven.
 # Prints nothing on a warm machine but the venv path. `--vllm` also builds the rollout environment
-# for `rollout.engine: vllm` (infra/bootstrap_vllm.sh) and prints its path too.
+# for `rollout.engine: vllm` (infra/bootstrap_vllm.sh) and prints its path too; `--peers` the
+# environment of the peers compared in benchmarks/peers (infra/bootstrap_peers.sh: TRL).
 set -euo pipefail
 with_vllm=no
+with_peers=no
 for arg in "$@"; do
   case $arg in
     --vllm) with_vllm=yes ;;
-    *) echo "usage: bash infra/bootstrap.sh [--vllm]" >&2; exit 2 ;;
+    --peers) with_peers=yes ;;
+    *) echo "usage: bash infra/bootstrap.sh [--vllm] [--peers]" >&2; exit 2 ;;
   esac
 done
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -48,4 +51,7 @@ bash "$root/infra/bootstrap_deploy_check.sh"
 echo "$venv"
 if [ "$with_vllm" = yes ]; then
   bash "$root/infra/bootstrap_vllm.sh"
+fi
+if [ "$with_peers" = yes ]; then
+  bash "$root/infra/bootstrap_peers.sh"
 fi

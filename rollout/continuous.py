@@ -69,6 +69,7 @@ class ContinuousLoop:
                     break
                 if self.running:
                     done, _ = wait(list(self.running), timeout=0.02, return_when=FIRST_COMPLETED)
+                    self._clock()  # before publishing: a group admitted and done within this wait counts its time
                     for future in done:
                         self._publish(future)
                         last_work = time.monotonic()

@@ -91,12 +91,17 @@ def publish(producer: RecordProducer, topics: Topics, results: list[EvalResult],
 
 def evaluate_checkpoint(cfg: EvalConfig, rollout: RolloutConfig, model: ModelSpec, directory: Path) -> list[EvalResult]:
     """Score an HF directory (or a trainer checkpoint holding `hf/`) once; no broker needed."""
-    hf = directory / "hf" if (directory / "hf").is_dir() else directory
+    hf = export_dir(directory)
     if not any(hf.glob("*.safetensors")) and not any(hf.glob("*.bin")):
         raise ValueError(f"--checkpoint {directory}: no weights (*.safetensors) there or in its hf/")
     spec = model.model_copy(update={"init_from": str(hf)})
     evaluator = Evaluator(build_engine(rollout.engine, spec), rollout, cfg, spec.name)
     return evaluator.evaluate(version=_version_of(directory))
+
+
+def export_dir(directory: Path) -> Path:
+    """The HF directory of `directory`: a trainer checkpoint's hf/, else the directory itself."""
+    return directory / "hf" if (directory / "hf").is_dir() else directory
 
 
 def _version_of(directory: Path) -> int:

@@ -251,7 +251,7 @@ class RolloutWorker:
             self.admission.published(len(experiences))
         rewards = [e.reward for e in experiences]
         metric = MetricEvent(component=self.name, step=self.admission.held, values={
-            "tokens_per_s": tokens / max(seconds, 1e-9), "reward_mean": sum(rewards) / len(rewards),
+            "tokens": float(tokens), "tokens_per_s": tokens / max(seconds, 1e-9), "reward_mean": sum(rewards) / len(rewards),
             "policy_version": float(self.admission.held), "trainer_version": float(self.admission.latest),
             "batch_tasks": float(tasks), "generate_s": generate_s, **_tool_counts(experiences)})
         self.producer.send(self.topics.metrics, metric, key=self.name)
