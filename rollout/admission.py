@@ -21,6 +21,15 @@ happens in two ways, and a generation is admitted only when neither holds:
    before), a worker faster than the trainer published up to (max_staleness + 1) times what the
    trainer takes, and the excess went stale. `experiences_per_version = None` turns this part off.
 
+3. Stale in the queue: with that budget the worker's next experience, the (N_r + 1)-th since L0,
+   is trained at version L0 + ⌊N_r / B⌋ (the trainer takes B of this worker's per version). Made
+   with v, it arrives (L0 + ⌊N_r / B⌋ - v) versions stale. When that exceeds max_staleness while a
+   newer version is announced (its weights still on their way), the worker waits for them instead:
+   made with v it would be dropped as stale, and the trainer would then wait for a batch generated
+   after it asked, every step (measured: the worker, one version behind from a batch dropped early,
+   generated each batch only after the version it was trained at was announced; the trainer waited
+   5.5 s of each 31 s step for it). With the new weights in, it runs a batch ahead of the trainer.
+
 Waiting is always for the trainer: a newer announced version releases both conditions. One valve:
 if the trainer announces nothing for `cap_wait_s` while a worker waits on (2), it gets another
 (max_staleness + 1) * B on top (kept: the trainer ate those without moving on). The trainer may be idle exactly because it got nothing usable (processors dropped every
@@ -87,10 +96,21 @@ class Admission:
         allowance = self.allowance()
         return None if allowance is None else max(0, allowance - self.published_total)
 
+    def queued_staleness(self) -> int | None:
+        """How stale the next experience, made with the held weights, will be when the trainer reaches
+        it (condition 3); None without a budget."""
+        if self.experiences_per_version is None or self.first_seen is None:
+            return None
+        return self.first_seen + self.published_total // self.experiences_per_version - self.held
+
     def reason_to_wait(self, now: float = 0.0) -> str | None:
         """None when a generation may start, else why not (for logs and metrics). `now`: seconds."""
         if self.latest - self.held > self.max_staleness:
             return f"holding v{self.held}, trainer at v{self.latest}: more than {self.max_staleness} behind"
+        queued = self.queued_staleness()
+        if self.latest > self.held and queued is not None and queued > self.max_staleness:
+            return (f"v{self.latest} announced, its weights not in yet: made with v{self.held} the next experience "
+                    f"would be {queued} versions stale when trained")
         allowance = self.allowance()
         if allowance is not None and self.published_total >= allowance:
             if self.capped_since is None:

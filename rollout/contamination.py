@@ -21,13 +21,23 @@ def prompt_of(item: TaskItem) -> tuple[str, str]:
 
 
 @lru_cache(maxsize=32)
+def _items(source: str) -> tuple[TaskItem, ...]:
+    # A config check asks once per stage and for the whole run: one load per source, not each time.
+    return tuple(load_items(json.loads(source)))
+
+
+@lru_cache(maxsize=32)
 def _prompts(source: str) -> frozenset[tuple[str, str]]:
-    return frozenset(prompt_of(i) for i in load_items(json.loads(source)))
+    return frozenset(prompt_of(i) for i in _items(source))
+
+
+def _key(taskset: TasksetConfig) -> str:
+    return json.dumps(taskset.source, sort_keys=True)
 
 
 def prompts(taskset: TasksetConfig) -> frozenset[tuple[str, str]]:
     """Every prompt the taskset's source can give (loaded once per process for each source)."""
-    return _prompts(json.dumps(taskset.source, sort_keys=True))
+    return _prompts(_key(taskset))
 
 
 def contamination(heldout: Sequence[TaskItem], training: Sequence[TasksetConfig]) -> float:
@@ -40,7 +50,7 @@ def contamination(heldout: Sequence[TaskItem], training: Sequence[TasksetConfig]
 
 def heldout_items(taskset: TasksetConfig, max_tasks: int | None) -> list[TaskItem]:
     """The items the evaluator scores: the first `max_tasks` of the source."""
-    return load_items(taskset.source)[:max_tasks]
+    return list(_items(_key(taskset))[:max_tasks])
 
 
 def shares(heldout: Sequence[TasksetConfig], max_tasks: int | None,

@@ -27,8 +27,16 @@ def token_logprobs(logits: "torch.Tensor", targets: "torch.Tensor", temperature:
 
 
 def sequence_logprobs(model: "torch.nn.Module", input_ids: "torch.Tensor", attention_mask: "torch.Tensor",
-                      temperature: float = 1.0) -> "torch.Tensor":
-    """Log-prob of each token given the ones before it.  input_ids [B, T] -> [B, T-1] (for tokens 1..T-1)."""
+                      temperature: float = 1.0, first: int = 0) -> "torch.Tensor":
+    """Log-prob of each token given the ones before it.  input_ids [B, T] -> [B, T-1] (for tokens 1..T-1).
+
+    Columns before `first` are 0 and their logits never computed (the model's `logits_to_keep`): a
+    prompt's positions predict nothing a loss reads, and the vocabulary projection and its softmax
+    over every position are a large share of a small model's step."""
+    import torch
+
+    kept = {"logits_to_keep": input_ids.shape[1] - first} if first > 0 else {}
     logits = model(input_ids=input_ids, attention_mask=attention_mask,
-                   position_ids=position_ids(attention_mask)).logits  # [B, T, V]
-    return token_logprobs(logits[:, :-1], input_ids[:, 1:], temperature)
+                   position_ids=position_ids(attention_mask), **kept).logits  # [B, T - first, V]
+    logp = token_logprobs(logits[:, :-1], input_ids[:, first + 1:], temperature)  # [B, T-1-first]
+    return torch.nn.functional.pad(logp, (first, 0)) if first > 0 else logp

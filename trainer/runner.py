@@ -89,6 +89,8 @@ class Leader:
         self.ledger = Ledger(root)
         self.ledger.rewind(state.step)
         self.wait_s = 0.0
+        # Between two steps' metrics, outside step_s and wait_s: the last publish and checkpoint.
+        self.publish_s = self.checkpoint_s = 0.0
         self.last_data = time.monotonic()
         self.pending: list = []  # the items of the batch being trained on
 
@@ -152,14 +154,14 @@ class Leader:
         # and `skipped_updates` already says what happened.
         usual = [i for i in trained if i.partition[0] == self.intake.topic]
         values = {**result.metrics, **self.intake.step_metrics(usual, step), "wait_s": self.wait_s,
-                  "version": float(step)}
+                  "publish_s": self.publish_s, "checkpoint_s": self.checkpoint_s, "version": float(step)}
         if self.expert is not None:
             values["expert_records"] = float(len(trained) - len(usual))
         values = {k: v for k, v in values.items() if math.isfinite(v)}
         component = self.topics.component(COMPONENT)
         self.producer.send(self.topics.metrics, MetricEvent(component=component, values=values, step=step),
                            key=component)
-        self.wait_s = 0.0
+        self.wait_s = self.publish_s = self.checkpoint_s = 0.0
 
     def publish(self, packed: Any) -> None:
         self.sender.publish(self.state.step, packed)
@@ -244,14 +246,19 @@ def _loop(engine: Any, objective: Objective, ref_model: Any, cfg: TrainerConfig,
                 state.step += 1
             if leader:
                 leader.after_step(result)
+        started = time.monotonic()
         if command.publish:
             _publish(engine, leader)
+        published = time.monotonic()
         if command.checkpoint:
             snapshot = leader.snapshot() if leader else state
             save_checkpoint(engine, root, snapshot, leader=process.is_leader, keep=cfg.keep_checkpoints,
                             critic=critic.model if critic else None)
             if leader:
                 leader.commit()
+        if leader:  # reported with the next step's metrics
+            leader.publish_s += published - started
+            leader.checkpoint_s += time.monotonic() - published
         if command.stop:
             return
 

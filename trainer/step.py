@@ -62,17 +62,21 @@ def padded_cost(lengths: list[int], multiple: int) -> int:
 
 
 def pack(records: list[Record], objective: Objective, budget: int | None, multiple: int) -> list[list[Record]]:
-    """Records, longest first, into micro-batches of at most `budget` padded tokens (one record
-    over budget goes alone)."""
+    """Records into micro-batches of at most `budget` padded tokens (one record over budget goes
+    alone): the rows of one prompt together, so that its forward pass runs once for them all
+    (objectives/shared_prefix.py), and the prompt with the longest row first."""
     if not records:
         return []
     if budget is None:
         return [records]
-    ordered = sorted(records, key=lambda r: -max(objective.lengths(r)))
+    keyed = [(tuple(getattr(r, "prompt_tokens", ())), objective.lengths(r), r) for r in records]
+    longest: dict[tuple[int, ...], int] = {}
+    for prompt, own, _ in keyed:
+        longest[prompt] = max(longest.get(prompt, 0), *own)
+    keyed.sort(key=lambda k: (-longest[k[0]], k[0], -max(k[1])))
     micro: list[list[Record]] = [[]]
     lengths: list[int] = []
-    for r in ordered:
-        own = objective.lengths(r)
+    for _, own, r in keyed:
         if micro[-1] and padded_cost(lengths + own, multiple) > budget:
             micro.append([])
             lengths = []

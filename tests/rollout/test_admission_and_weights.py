@@ -37,11 +37,34 @@ def test_admission_counts_over_the_run_as_areal_does():
     a.published(1)
     assert a.reason_to_wait() == "published 8 >= 8 experiences by trainer v0 (counted from v0)"
     a.trainer_announced(1)                      # (1 + 2) * 4 = 12: room for 4 more, not a fresh 8
+    a.weights_loaded(1)                         # (made with v0 they would be 2 stale: condition 3 below)
     assert a.reason_to_wait() is None and a.room() == 4
     a.published(4)
     assert "12 >= 12" in a.reason_to_wait()
     a.trainer_announced(3)                      # (3 + 2) * 4 = 20
     assert a.room() == 8
+
+
+def test_a_worker_waits_for_announced_weights_rather_than_make_what_would_be_stale_in_the_queue():
+    # B = 4, max_staleness 1, from v0. The 9th experience is trained at v0 + 8 // 4 = v2: made with v0,
+    # 2 stale (dropped); made with v1, 1. So with v1 announced and not loaded, the worker waits for it.
+    a = Admission(max_staleness=1, experiences_per_version=4)
+    a.trainer_announced(0)
+    a.published(4)
+    assert a.queued_staleness() == 1 and a.reason_to_wait() is None   # the 5th: trained at v1, made with v0
+    a.published(4)
+    a.trainer_announced(1)
+    assert a.queued_staleness() == 2
+    assert a.reason_to_wait() == ("v1 announced, its weights not in yet: made with v0 the next experience "
+                                  "would be 2 versions stale when trained")
+    a.weights_loaded(1)
+    assert a.queued_staleness() == 1 and a.reason_to_wait() is None
+    # Nothing newer announced: the held weights are the newest there are, the worker generates.
+    b = Admission(max_staleness=0, experiences_per_version=4, cap_wait_s=1)
+    b.trainer_announced(0)
+    b.published(4)
+    b.reason_to_wait(now=0.0)
+    assert b.queued_staleness() == 1 and b.reason_to_wait(now=2.0) is None   # the valve, not condition 3
 
 
 def test_a_fast_worker_publishes_what_the_trainer_takes_plus_the_staleness_lead():

@@ -22,7 +22,7 @@ from undertow.trainer.engine import build_training_engine, gathered_weights, set
 from undertow.trainer.objectives import objectives
 from undertow.trainer.step import StepShape, train_step
 
-from tests.trainer.helpers import SPEC, make_group
+from tests.trainer.helpers import PROMPT, SPEC, make_group
 
 
 def main() -> None:
@@ -32,6 +32,7 @@ def main() -> None:
     ap.add_argument("--algorithm", default="{}", help="AlgorithmConfig as JSON")
     ap.add_argument("--shape", default="{}", help="StepShape as JSON")
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--prompt", default=PROMPT, help="every group's prompt (a long one runs once per micro-batch)")
     ap.add_argument("--poison", action="store_true", help="one experience's advantages are inf")
     ap.add_argument("--checkpointing", action="store_true", help="gradient checkpointing")
     ap.add_argument("--critic", default=None, help="CriticConfig as JSON (PPO: with advantage_transform gae)")
@@ -47,7 +48,7 @@ def main() -> None:
     state = TrainerState()
     if args.resume:
         state = load_checkpoint(engine, Path(args.resume), critic.model if critic else None) or state
-    records = [e for g in range(2) for e in make_group(f"g{g}")]
+    records = [e for g in range(2) for e in make_group(f"g{g}", text=args.prompt)]
     if args.poison:
         records[3] = records[3].model_copy(update={"advantages": [math.inf] * len(records[3].response_tokens)})
     shape = StepShape(**json.loads(args.shape))

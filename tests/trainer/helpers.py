@@ -27,16 +27,17 @@ def behaviour_logprobs(prompt: list[int], response: list[int], model=None) -> li
     return logp[len(prompt) - 1:].tolist()
 
 
-def make_group(group_id: str, *, size: int = 4, version: int = 0, model=None) -> list[Experience]:
-    """Half the samples answer GOOD (advantage +1), half BAD (−1); behaviour log-probs of the v0 model."""
+def make_group(group_id: str, *, size: int = 4, version: int = 0, model=None, text: str = PROMPT) -> list[Experience]:
+    """Half the samples answer GOOD (advantage +1), half BAD (−1) to the prompt `text`; behaviour
+    log-probs of the v0 model."""
     tok = build_tokenizer(SPEC)
-    prompt = tok(PROMPT)["input_ids"]
+    prompt = tok(text)["input_ids"]
     out = []
     for i in range(size):
         text, adv = (GOOD, 1.0) if i % 2 == 0 else (BAD, -1.0)
         response = tok(text)["input_ids"] + [tok.eos_token_id]
         out.append(Experience(experience_id=f"{group_id}/{i}", task_id=group_id, group_id=group_id,
-                              group_size=size, sample_index=i, prompt_text=PROMPT, prompt_tokens=prompt,
+                              group_size=size, sample_index=i, prompt_text=text, prompt_tokens=prompt,
                               response_text=text, response_tokens=response,
                               behaviour_logprobs=behaviour_logprobs(prompt, response, model),
                               reward=max(adv, 0.0), advantages=[adv] * len(response), policy_version=version,

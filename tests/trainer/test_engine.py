@@ -102,8 +102,9 @@ def test_decoupled_ppo_clips_on_the_second_epoch(tmp_path: Path):
 
 @pytest.mark.parametrize("zero_stage,nproc", [(0, 1), (2, 2)])
 def test_a_non_finite_step_is_skipped_on_every_rank(tmp_path: Path, zero_stage: int, nproc: int):
+    # A 20-token prompt: each rank's rows run it once (objectives/shared_prefix.py), under ZeRO-2 too.
     ranks = run_script(tmp_path / "nan", {"zero_stage": zero_stage, "lr": 0.01}, nproc,
-                       "--poison", "--steps", "1")
+                       "--poison", "--steps", "1", "--prompt", "Answer briefly. 2+2=")
     assert len({r["sha256"] for r in ranks}) == 1
     initial, kept = build_model(SPEC).state_dict(), loaded(tmp_path / "nan").state_dict()
     assert all(torch.equal(initial[k], kept[k]) for k in kept)  # weights unchanged

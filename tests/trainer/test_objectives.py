@@ -28,6 +28,27 @@ def test_response_tokens_land_where_sequence_logprobs_predicts_them():
     assert b.mask[1].tolist() == [1, 0, 1, 0, 0, 0, 0]  # column t predicts token t+1: 11 at 0, 13 at 2
 
 
+def test_the_policy_is_projected_onto_the_vocabulary_only_where_a_row_trains():
+    """The columns before the first trained one get log-prob 0 and no logits; every trained column
+    is the full forward's, and the entropy is each column's own (hand: -Σ p log p of the full logits)."""
+    from undertow.trainer.objectives.api import column_entropy, first_trained_column, policy_logprobs
+
+    model = build_model(SPEC)
+    b = pack_sequences([[5, 6, 7, 8, 9], [8, 4, 3]], [[9, 10], [11, 12, 13]], pad_id=0, pad_to_multiple=8)
+    assert first_trained_column(b.mask) == 2  # the second row's 3-token prompt
+    calls = []
+    spy = lambda **kw: calls.append(kw) or model(**kw)  # noqa: E731
+    logp, logits = policy_logprobs(spy, b, 1.0)
+    full_logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask,
+                        position_ids=(b.attention_mask.cumsum(-1) - 1).clamp(min=0)).logits[:, :-1]
+    full = sequence_logprobs(model, b.input_ids, b.attention_mask)
+    assert calls[0]["logits_to_keep"] == 6 and logits.shape[1] == 7 - 2  # 8 positions, 2 never projected
+    assert (logp[:, :2] == 0).all() and torch.allclose(logp[:, 2:], full[:, 2:], atol=1e-6)
+    p = full_logits.softmax(-1)
+    by_hand = -(p * p.log()).sum(-1)
+    assert torch.allclose(column_entropy(logits, 1.0, 7)[:, 2:], by_hand[:, 2:], atol=1e-5)
+
+
 def test_rl_on_policy_loss_is_minus_mean_advantage():
     model = build_model(SPEC)
     # Behaviour log-probs of this very model: ratio 1, so PPO's clipped surrogate is just A per token.

@@ -5,7 +5,7 @@ Each objective turns records into tensors (`collate`), says how long each record
 (`lengths`, for micro-batch packing) and what normalises a step (`totals`), and turns tensors into
 a loss (`loss`) aggregated against the step's totals, so that the losses of a step's micro-batches
 add up to the loss of the step in one pass. Log-probs come from `schemas.logprobs.sequence_logprobs`,
-the definition the rollout engines use too.
+the definition the rollout engines use too, with the rows' shared prompt run once (`SharedPrefix`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from undertow.kernel.lazy import torch
 from undertow.kernel.registry import Registry
 from undertow.schemas import Experience, PreferencePair, Record
 from undertow.schemas.logprobs import sequence_logprobs
-from undertow.trainer.algorithms import Totals, masked
+from undertow.trainer.algorithms import Totals, entropy, masked
 from undertow.trainer.batch import PairBatch, SequenceBatch, collate_experiences, collate_pairs
+
+from .shared_prefix import SharedPrefix
 
 if TYPE_CHECKING:
     from undertow.trainer.config import AlgorithmConfig
@@ -81,8 +83,7 @@ class ExperienceObjective:
 
     def logprobs(self, model: Any, batch: SequenceBatch) -> torch.Tensor:
         """Log-probs of the batch under `model`, without gradient: the proximal policy's."""
-        with torch.no_grad():
-            return sequence_logprobs(model, batch.input_ids, batch.attention_mask, self.temperature)
+        return reference_logprobs(model, batch, self.temperature)
 
 
 class PairObjective:
@@ -125,13 +126,30 @@ class _KeepLogits:
         return out
 
 
+def first_trained_column(mask: torch.Tensor) -> int:
+    """The first column any row trains on ([B, T-1] mask): the columns before it need no logits."""
+    trained = mask.any(0).nonzero()
+    return int(trained[0]) if len(trained) else 0
+
+
 def policy_logprobs(model: Any, batch: SequenceBatch, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(log-probs [B, T-1], logits [B, T-1, V]) of the batch under `model`."""
-    keep = _KeepLogits(model)
-    logp = sequence_logprobs(keep, batch.input_ids, batch.attention_mask, temperature)
+    """(log-probs [B, T-1], logits [B, T-1-f, V] of the columns from f = the first trained one) of the
+    batch under `model`; the columns before f, which no row trains on, get log-prob 0 and no logits."""
+    keep = _KeepLogits(SharedPrefix(model))
+    logp = sequence_logprobs(keep, batch.input_ids, batch.attention_mask, temperature,
+                             first=first_trained_column(batch.mask))
     return logp, keep.logits[:, :-1]
 
 
+def column_entropy(logits: torch.Tensor, temperature: float, width: int) -> torch.Tensor:
+    """Entropy per column [B, width] from `policy_logprobs`' logits (0 in the columns they skip)."""
+    ent = entropy(logits, temperature)  # [B, width - f]
+    return torch.nn.functional.pad(ent, (width - ent.shape[1], 0))
+
+
 def reference_logprobs(ref_model: Any, batch: SequenceBatch, temperature: float) -> torch.Tensor:
+    """Log-probs [B, T-1] of the batch under a model that is not trained here (the reference, or the
+    policy's weights before a step's first update), without gradient."""
     with torch.no_grad():
-        return sequence_logprobs(ref_model, batch.input_ids, batch.attention_mask, temperature)
+        return sequence_logprobs(SharedPrefix(ref_model), batch.input_ids, batch.attention_mask, temperature,
+                                 first=first_trained_column(batch.mask))

@@ -17,12 +17,12 @@ from undertow.kernel.lazy import torch
 
 from undertow.schemas import Experience
 from undertow.trainer.algorithms import (AdvantageInputs, AdvantageOut, PolicyInputs, Totals, advantage_transforms,
-                                         aggregations, bias_corrected, entropy, explained_variance, kl_estimators,
+                                         aggregations, bias_corrected, explained_variance, kl_estimators,
                                          masked, masked_mean, policy_losses)
 from undertow.trainer.algorithms.rollout_correction import rollout_weights
 from undertow.trainer.batch import SequenceBatch, ValuedExperience
 
-from .api import ExperienceObjective, StepLoss, objectives, policy_logprobs, reference_logprobs
+from .api import ExperienceObjective, StepLoss, column_entropy, objectives, policy_logprobs, reference_logprobs
 
 if TYPE_CHECKING:
     from undertow.trainer.config import AlgorithmConfig
@@ -125,7 +125,7 @@ class RLObjective(ExperienceObjective):
         return self.aggregate.obj(token_values, mask, totals, **self.aggregate.kwargs)
 
     def loss(self, model: Any, batch: SequenceBatch, ref_model: Any = None, totals: Totals | None = None) -> StepLoss:
-        logp, logits = policy_logprobs(model, batch, self.temperature)  # [B, T-1], [B, T-1, V]
+        logp, logits = policy_logprobs(model, batch, self.temperature)  # [B, T-1], [B, T-1-f, V]
         mask, advantages = batch.mask, batch.advantages
         kl_tokens = None
         if self.needs_reference and not self.kl_in_rewards:
@@ -148,7 +148,7 @@ class RLObjective(ExperienceObjective):
         token_loss = out.token_loss if weights is None else weights * out.token_loss
         policy = self._agg(token_loss, mask, totals)
         loss = policy
-        ent = masked(entropy(logits, self.temperature), mask)  # [B, T-1]
+        ent = masked(column_entropy(logits, self.temperature, mask.shape[1]), mask)  # [B, T-1]
         if self.entropy_coef:
             loss = loss - self.entropy_coef * self._agg(ent, mask, totals)
         metrics = {"entropy": masked_mean(ent.detach(), mask).item(), **out.metrics, **corrected}
