@@ -10,6 +10,7 @@ from typing import Any, Callable, TypeVar
 
 from kafka.errors import KafkaError, KafkaTimeoutError
 
+from undertow.streams import kafka_fixes  # noqa: F401  mends kafka-python's consumer before any is made
 from undertow.streams.settings import KafkaSettings
 
 C = TypeVar("C")
