@@ -12,7 +12,7 @@ import json
 import logging
 import signal
 import threading
-from typing import Any, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -24,6 +24,9 @@ from starlette.routing import Route
 from undertow.rollout.serve.endpoint import Endpoint
 from undertow.rollout.serve.keys import KeyCheck
 from undertow.rollout.serve.protocol import ApiError, stream_events
+
+if TYPE_CHECKING:
+    import uvicorn
 
 log = logging.getLogger(__name__)
 Handler = Callable[[Request], Awaitable[Response]]
@@ -103,6 +106,20 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(ApiError(status, message).body(), status_code=status)
 
 
+# An agent's connection idles between its turns while it thinks or runs a tool. The server must keep it
+# longer than any client's pool does (httpx, hence the openai client: 5 s), so that the client is the one
+# to drop it: at uvicorn's own 5 s both closed it at once, and a turn sent on a connection the server was
+# closing failed with a connection error (seen: one of 200 agents whose others took 5 s to answer).
+KEEP_ALIVE_S = 75
+
+
+def server_config(app: Starlette, **kw: Any) -> "uvicorn.Config":
+    """uvicorn's settings for the endpoint's app (`kw`: host, port, log_level)."""
+    import uvicorn
+
+    return uvicorn.Config(app, timeout_keep_alive=KEEP_ALIVE_S, **kw)
+
+
 def serve(endpoint: Endpoint, host: str = "127.0.0.1", port: int = 8000, keys: frozenset[str] = frozenset()) -> None:
     """Serve until SIGINT / SIGTERM, following the weights topic meanwhile; then close the endpoint."""
     import uvicorn
@@ -114,6 +131,6 @@ def serve(endpoint: Endpoint, host: str = "127.0.0.1", port: int = 8000, keys: f
             signal.signal(sig, lambda *_: None)
     endpoint.start()
     try:
-        uvicorn.Server(uvicorn.Config(build_app(endpoint, keys), host=host, port=port, log_level="info")).run()
+        uvicorn.Server(server_config(build_app(endpoint, keys), host=host, port=port, log_level="info")).run()
     finally:
         endpoint.close()

@@ -7,14 +7,16 @@ import json
 import threading
 import time
 
+import openai
 import pytest
 import torch
+from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from undertow.kernel.models import ModelSpec, char_tokenizer
 from undertow.rollout.engines import SamplingParams
 from undertow.rollout.engines.transformers_engine import TransformersEngine
-from undertow.rollout.serve.app import build_app
+from undertow.rollout.serve.app import build_app, server_config
 from undertow.rollout.serve.config import ServeConfig
 from undertow.rollout.serve.endpoint import Endpoint
 from undertow.rollout.serve.protocol import completion
@@ -355,3 +357,9 @@ def test_an_idle_session_expires_unpublished_and_its_reward_is_a_404(caplog):
     assert client.post("/v1/undertow/sessions/fresh/reward", json={"reward": 1.0}).status_code == 404
     assert endpoint.expired == 3 and client.get("/health").json() == {
         "status": "ok", "policy_version": 0, "sessions_open": 0, "sessions_expired": 3}
+
+
+def test_the_server_keeps_an_idle_connection_longer_than_the_openai_client_does():
+    """The client must be the one to drop an idle connection between an agent's turns: when both did
+    at the same moment (uvicorn's 5 s, httpx's 5 s) a turn could be sent on one the server was closing."""
+    assert server_config(Starlette()).timeout_keep_alive > openai.DEFAULT_CONNECTION_LIMITS.keepalive_expiry

@@ -22,7 +22,7 @@ from undertow.kernel.models import ModelSpec
 from undertow.schemas import Experience, MetricEvent
 from undertow.streams import RecordProducer, Topics
 from undertow.rollout.serve import Episode
-from undertow.rollout.serve.app import build_app
+from undertow.rollout.serve.app import build_app, server_config
 from undertow.rollout.serve.endpoint import Endpoint
 from tests.helpers import ROOT, env, load_run, read_all, start_cli, wait_for
 from tests.rollout.test_generation import trainer_logprobs
@@ -42,7 +42,7 @@ def test_an_agent_episode_through_the_openai_client_is_published_with_its_masks(
     endpoint.engine.generate = lambda prompts, n, params: seen.append((prompts[0], generate(prompts, n, params))) or seen[-1][1]
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(build_app(endpoint), log_level="warning"))
+    server = uvicorn.Server(server_config(build_app(endpoint), log_level="warning"))
     endpoint.start()
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -138,7 +138,7 @@ def test_200_agents_at_once_each_get_their_own_episode_published_once_and_a_201s
     endpoint = Endpoint.connect(config.rollout, context, "serve-load", config.serve)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(build_app(endpoint), log_level="warning"))
+    server = uvicorn.Server(server_config(build_app(endpoint), log_level="warning"))
     endpoint.start()
     threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
     base = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
