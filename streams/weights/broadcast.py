@@ -181,10 +181,27 @@ def _prefix(store: dist.TCPStore, version: int, token: str) -> str:
 
 
 def group(store: dist.TCPStore, prefix: str, rank: int, size: int, timeout_s: float) -> dist.ProcessGroup:
-    """A version's gloo group under its key prefix (every member calls it; it waits for all of them)."""
+    """A version's gloo group under its key prefix (every member calls it; it waits for all of them).
+    TimeoutError after `timeout_s` however gloo fares: with a worker SIGKILLed mid-round, gloo's own
+    connect once outlasted its 60-s timeout five times over (`connectFullMesh failed ... Connect
+    timeout` after 300 s) and held back the files every worker was waiting for. The abandoned attempt
+    ends on gloo's clock, in a daemon thread that holds nothing the next round needs."""
     import torch.distributed as dist
 
-    return dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, size, timedelta(seconds=timeout_s))
+    made: Future = Future()
+
+    def connect() -> None:
+        try:
+            made.set_result(dist.ProcessGroupGloo(dist.PrefixStore(prefix, store), rank, size,
+                                                  timedelta(seconds=timeout_s)))
+        except BaseException as e:  # handed to the caller, whatever it is
+            made.set_exception(e)
+
+    threading.Thread(target=connect, name=f"gloo-group-{prefix}", daemon=True).start()
+    try:
+        return made.result(timeout=timeout_s)
+    except TimeoutError:
+        raise TimeoutError(f"gloo group {prefix!r} (rank {rank} of {size}) not formed in {timeout_s:g} s") from None
 
 
 def send(pg: dist.ProcessGroup, buckets: list[Blob]) -> None:

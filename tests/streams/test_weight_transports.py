@@ -219,6 +219,24 @@ def test_a_worker_that_joins_and_dies_costs_the_sending_thread_a_timeout_not_tra
     assert time.monotonic() - started < 20  # its 2-s timeout, not the 30 s a hung send would take
 
 
+def test_a_group_gloo_does_not_form_is_given_up_at_the_timeout(monkeypatch):
+    """gloo's own connect once hung 300 s past its 60-s timeout (a worker SIGKILLed mid-round), holding
+    back the files: however long gloo takes, the round gives up at `timeout_s`."""
+    import torch.distributed as dist
+
+    gloo = threading.Event()
+    monkeypatch.setattr(dist, "ProcessGroupGloo", lambda *args: gloo.wait(120))  # a connect that hangs
+    store = broadcast.host_store("127.0.0.1", 0, 10)
+    ghost = broadcast.connect(f"127.0.0.1:{store.port}", 10)
+    broadcast.attempt(ghost, 6, "")
+    started = time.monotonic()
+    trainer = broadcast_round(store, [b"x" * 100], 6, expected=1, timeout_s=2.0)
+    trainer["thread"].join(30)
+    gloo.set()
+    assert isinstance(trainer.get("error"), TimeoutError), trainer
+    assert "not formed in 2 s" in str(trainer["error"]) and time.monotonic() - started < 10
+
+
 def test_a_stranger_without_the_run_token_is_refused_and_a_member_gets_the_version(tmp_path):
     store = broadcast.host_store("127.0.0.1", 0, 10)
     buckets = to_buckets(state_tensors(build_model(ModelSpec(seed=7))), 20_000)
