@@ -129,3 +129,101 @@ def apply(settings: "KafkaSettings", rules: Iterable[Acl], timeout_s: float = 30
                                   f"after {timeout_s:g} s, e.g. {sorted(missing, key=str)[0]}")
             time.sleep(0.1)
     return len(rules)
+
+
+SCRAM = "SCRAM-SHA-512"
+
+
+@dataclass(frozen=True)
+class Quota:
+    """A principal's byte-rate ceilings, enforced per broker (Kafka's user quotas); None: no ceiling."""
+
+    produce_bytes_per_s: float | None = None
+    fetch_bytes_per_s: float | None = None
+
+
+def set_logins(settings: "KafkaSettings", passwords: dict[str, str]) -> None:
+    """Create or replace each user's SCRAM-SHA-512 credential (the old password stops working for new
+    connections) and return once the brokers accept the new ones."""
+    from kafka.admin import UserScramCredentialUpsertion
+
+    from undertow.streams.admin import admin_client
+
+    with admin_client(settings) as admin:
+        refused = {u: e for u, e in admin.alter_user_scram_credentials(
+            [UserScramCredentialUpsertion(u, SCRAM, p) for u, p in passwords.items()]).items() if e}
+    if refused:
+        raise AclsRefused(f"the broker refused the logins of {sorted(refused)}: {sorted(set(refused.values()))}")
+    _until_accepted(settings, passwords)
+
+
+def remove_logins(settings: "KafkaSettings", users: Iterable[str]) -> None:
+    """Delete the users' SCRAM credentials: they can no longer log in (what is connected stays until
+    its connection ends, or `connections.max.reauth.ms` on the broker)."""
+    from kafka.admin import UserScramCredentialDeletion
+
+    from undertow.streams.admin import admin_client
+
+    with admin_client(settings) as admin:
+        refused = {u: e for u, e in admin.alter_user_scram_credentials(
+            [UserScramCredentialDeletion(u, SCRAM) for u in users]).items() if e}
+    if refused:
+        raise AclsRefused(f"the broker refused to remove the logins of {sorted(refused)}: {sorted(set(refused.values()))}")
+
+
+def set_quotas(settings: "KafkaSettings", quotas: dict[str, Quota], timeout_s: float = 30.0) -> None:
+    """Set each user's produce and fetch byte-rate quotas (a None ceiling removes that quota) and
+    return once the broker enforces them."""
+    from kafka.protocol.admin import AlterClientQuotasRequest
+
+    from undertow.streams.admin import admin_client
+
+    keys = (("producer_byte_rate", "produce_bytes_per_s"), ("consumer_byte_rate", "fetch_bytes_per_s"))
+    entries = [([("user", user)], [(key, float(getattr(q, field) or 0), getattr(q, field) is None) for key, field in keys])
+               for user, q in quotas.items()]
+    if not entries:
+        return
+    request = AlterClientQuotasRequest(entries=entries, validate_only=False)
+    with admin_client(settings) as admin:  # kafka-python 3.0 has the request but no admin method for it
+        send = lambda r: admin._manager.run(admin._manager.send, r)  # noqa: E731
+        response = send(request)
+        refused = [(e.entity, e.error_message or e.error_code) for e in response.entries if e.error_code]
+        if refused:
+            raise AclsRefused(f"the broker refused quotas: {refused}")
+        # Committed by the controller, applied by the broker a moment later: a producer let in at once
+        # went unthrottled. The broker describes quotas from what it applies.
+        wanted = {(user, key): getattr(q, field) for user, q in quotas.items() for key, field in keys}
+        deadline = time.monotonic() + timeout_s
+        while (held := _quotas_held(send, list(quotas))) != {k: v for k, v in wanted.items() if v is not None}:
+            if time.monotonic() > deadline:
+                raise AclsRefused(f"quotas set but not applied by the broker after {timeout_s:g} s: it holds {held}")
+            time.sleep(0.1)
+
+
+def _quotas_held(send, users: list[str]) -> dict[tuple[str, str], float]:
+    """(user, quota key) → value, as the broker applies them."""
+    from kafka.protocol.admin import DescribeClientQuotasRequest
+
+    held = {}
+    for user in users:
+        response = send(DescribeClientQuotasRequest(components=[("user", 0, user)], strict=True))  # 0: exact match
+        for entry in response.entries or []:
+            held.update({(user, v.key): v.value for v in entry.values})
+    return held
+
+
+def _until_accepted(settings: "KafkaSettings", passwords: dict[str, str], timeout_s: float = 30.0) -> None:
+    """A new credential is committed by the controller and applied by each broker a moment later."""
+    from undertow.streams.admin import serving_brokers
+
+    deadline = time.monotonic() + timeout_s
+    for user, password in passwords.items():
+        login = settings.model_copy(update={"sasl_mechanism": SCRAM, "sasl_username": user, "sasl_password": password})
+        while True:
+            try:
+                serving_brokers(login, request_timeout_ms=5000, reconnect_backoff_max_ms=500, bootstrap_timeout_ms=3000)
+                break
+            except Exception as e:  # noqa: BLE001 — an authentication failure until the broker has it
+                if time.monotonic() > deadline:
+                    raise AclsRefused(f"the login of {user} was set but not accepted after {timeout_s:g} s: {e}") from e
+                time.sleep(0.2)

@@ -65,10 +65,13 @@ def committed_offsets(settings: KafkaSettings) -> dict[str, Offsets]:
 
 
 class TopicNotFound(RuntimeError):
-    """A topic that a component reads does not exist; the message says how to make it."""
+    """A topic that a component reads does not exist, or (a broker with ACLs hides what a login may
+    not describe) is not this login's to see; the message says how to make it or grant it."""
 
-    def __init__(self, topic: str):
-        super().__init__(f"topic {topic} does not exist: run `undertow topics create` first")
+    def __init__(self, topic: str, user: str | None = None):
+        hidden = (f", or the broker hides it from User:{user} (no ACL allows it Describe, Read or Write: "
+                  f"`undertow acls CONFIG --apply`)") if user else ""
+        super().__init__(f"topic {topic} does not exist{hidden}: run `undertow topics create` first")
         self.topic = topic
 
 
@@ -77,7 +80,7 @@ def topic_partitions(consumer: KafkaConsumer, topic: str) -> list[TopicPartition
     partition 0 instead would wait for ever on a topic nobody writes."""
     parts = consumer.partitions_for_topic(topic)  # asks the cluster when its metadata cache has no such topic
     if not parts:
-        raise TopicNotFound(topic)
+        raise TopicNotFound(topic, consumer.config.get("sasl_plain_username"))
     return [TopicPartition(topic, p) for p in sorted(parts)]
 
 

@@ -31,7 +31,7 @@ class KafkaSettings(BaseModel):
         "PLAINTEXT", description="Kafka's security.protocol")
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
         None, description="SASL mechanism when the protocol is SASL_* (None: PLAIN)")
-    sasl_username: str | None = Field(None, description="SASL user name")
+    sasl_username: str | None = Field(None, description="SASL user name, or ${ENV_VAR}")
     sasl_password: str | None = Field(None, repr=False, description="SASL password, or ${ENV_VAR} to read it from "
                                                                     "the environment (what a run directory keeps)")
     ssl_cafile: str | None = Field(None, description="CA bundle that signed the brokers' certificates")
@@ -45,10 +45,11 @@ class KafkaSettings(BaseModel):
         600.0, ge=0, description="how long a client waits, logging, for a cluster where no broker listens (a "
                                  "broker restarting) before it fails; records produced meanwhile wait as long")
 
-    @field_validator(*SECRETS)
+    @field_validator(*SECRETS, "sasl_username")
     @classmethod
     def _from_env(cls, v: str | None) -> str | None:
-        """`${NAME}`: the secret is the environment variable's value (configs and run directories keep the name)."""
+        """`${NAME}`: the value is the environment variable's (configs and run directories keep the name;
+        `undertow run` gives each component its own login so)."""
         name = env_reference(v)
         if name is None:
             return v

@@ -3,7 +3,8 @@
 Every node is a combined broker + controller. The cluster's layout (ports, cluster id) is kept in
 `<data>/cluster.json`, so `down` then `up` with the same data directory brings the same cluster
 back with its data, and `status` / `down` work from another process. With `sasl_users` the client
-listener asks for a SASL/PLAIN login; with `tls` it speaks TLS with a certificate from a CA made for this
+listener asks for a SASL login (PLAIN for them, SCRAM-SHA-512 for users made through the admin
+API); with `tls` it speaks TLS with a certificate from a CA made for this
 data directory (both: SASL_SSL); with `acls` (and users) it authorizes each request by its ACLs. The
 controller listener stays on loopback PLAINTEXT.
 """
@@ -293,17 +294,21 @@ class LocalKafka:
         return "".join(f"{k}={v}\n" for k, v in props.items())
 
     def _sasl_properties(self) -> dict[str, str]:
-        """PLAIN accounts on the client listener; brokers replicate over it logged in as the first user."""
+        """PLAIN accounts on the client listener; brokers replicate over it logged in as the first user.
+        SCRAM-SHA-512 too, for the users the admin API creates (`undertow run` makes one per component)."""
         if not self.state.sasl_users:
             return {}
         user, password = next(iter(self.state.sasl_users.items()))
         accounts = " ".join(f'user_{u}="{p}"' for u, p in self.state.sasl_users.items())
+        listener = self.listener.lower()
         return {
-            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
             "sasl.mechanism.inter.broker.protocol": "PLAIN",
-            f"listener.name.{self.listener.lower()}.plain.sasl.jaas.config":
+            f"listener.name.{listener}.plain.sasl.jaas.config":
                 "org.apache.kafka.common.security.plain.PlainLoginModule required "
                 f'username="{user}" password="{password}" {accounts};',
+            f"listener.name.{listener}.scram-sha-512.sasl.jaas.config":
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
         }
 
     def _acl_properties(self) -> dict[str, str]:

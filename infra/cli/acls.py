@@ -21,15 +21,21 @@ def acls(config: Path = ConfigArg,
                                         help="--strimzi: the Kafka resource's name (strimzi.io/cluster)."),
          k8s_namespace: str = typer.Option("undertow", help="--strimzi: the Kubernetes namespace.")) -> None:
     """One principal per component (User:<namespace>-<component>) and its allow rules: topics read and
-    written, consumer groups, the processors' own topics, the operator's namespace; nothing on the cluster."""
-    from undertow.infra.run.access import run_acls, strimzi_users
+    written, consumer groups, the processors' own topics, the operator's namespace; nothing on the cluster.
+    --apply sets `access.quotas` too."""
+    from undertow.infra.run.access import run_acls, run_quotas, strimzi_users
+    from undertow.infra.run.config import load_run_config
     from undertow.streams import access
 
     with user_errors():
         if apply:
             kafka, _ = cluster(config, bootstrap, None)
             rules = [r for principal_rules in run_acls(str(config)).values() for r in principal_rules]
+            quotas = run_quotas(load_run_config(config)[0])
             console.print(f"created {access.apply(kafka, rules)} ACLs on {kafka.bootstrap_servers}", highlight=False)
+            if quotas:
+                access.set_quotas(kafka, quotas)
+                console.print(f"set the quotas of {', '.join(sorted(quotas))}", highlight=False)
             return
         if strimzi:
             console.print(yaml.safe_dump_all(strimzi_users(str(config), kafka_name, k8s_namespace), sort_keys=False),

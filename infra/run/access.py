@@ -25,18 +25,35 @@ and every one writes metrics and experiences.rejected (its dead letters).
 
 from __future__ import annotations
 
-from typing import Iterator
+import secrets
+from typing import Any, Iterator
 
 from undertow.infra.run.config import RunConfig, load_run_config, stage_config
 from undertow.processors.config import processors_group
 from undertow.rollout.config import rollout_group
-from undertow.streams.access import Acl, Needs, acls, needs
+from undertow.streams.access import Acl, Needs, Quota, acls, apply, needs, set_logins, set_quotas
+from undertow.streams.settings import KafkaSettings
 from undertow.streams.topics import Topics
 from undertow.watchers.config import watcher_specs
 
 
+# What `undertow run` gives each component it starts (its stage config names them as ${...}).
+LOGIN_USERNAME_ENV, LOGIN_PASSWORD_ENV = "UNDERTOW_LOGIN_USERNAME", "UNDERTOW_LOGIN_PASSWORD"
+
+
+def user(namespace: str, component: str) -> str:
+    return f"{namespace}-{component}"
+
+
 def principal(namespace: str, component: str) -> str:
-    return f"User:{namespace}-{component}"
+    return f"User:{user(namespace, component)}"
+
+
+def component_of(child_name: str) -> str:
+    """The principal's component for a child `undertow run` starts: `trainer@gspo` and `eval@gspo` are
+    shadow-gspo's, `watch` the watchers'."""
+    role, _, shadow = child_name.partition("@")
+    return f"shadow-{shadow}" if shadow else {"watch": "watchers"}.get(role, role)
 
 
 def stage_needs(cfg: RunConfig) -> dict[str, Needs]:
@@ -77,7 +94,11 @@ def stage_needs(cfg: RunConfig) -> dict[str, Needs]:
 
 def run_needs(path: str) -> tuple[str, dict[str, Needs]]:
     """(the run's namespace, component → its needs over every stage) for the run config at `path`."""
-    config, raw = load_run_config(path)
+    return config_needs(*load_run_config(path))
+
+
+def config_needs(config: RunConfig, raw: dict[str, Any]) -> tuple[str, dict[str, Needs]]:
+    """`run_needs` of a loaded config and its raw mapping."""
     stages = [stage_config(raw, stage) for stage in config.run.stages] or [config]
     merged: dict[str, Needs] = {}
     for cfg in stages:
@@ -93,17 +114,41 @@ def run_acls(path: str) -> dict[str, list[Acl]]:
 
 
 def strimzi_users(path: str, cluster: str, k8s_namespace: str) -> Iterator[dict]:
-    """One Strimzi KafkaUser per principal (SCRAM-SHA-512, `simple` authorization) carrying its ACLs."""
+    """One Strimzi KafkaUser per principal (SCRAM-SHA-512, `simple` authorization) carrying its ACLs
+    and its `access.quotas`."""
+    quotas = run_quotas(load_run_config(path)[0])
     for name, rules in run_acls(path).items():
         operations: dict[tuple[str, str, str], list[str]] = {}
         for r in rules:
             operations.setdefault((r.resource, r.name, r.pattern), []).append(r.operation)
+        spec = {"authentication": {"type": "scram-sha-512"},
+                "authorization": {"type": "simple", "acls": [
+                    {"resource": {"type": kind, "name": resource,
+                                  "patternType": "literal" if pattern == "literal" else "prefix"},
+                     "operations": ops, "host": "*"}
+                    for (kind, resource, pattern), ops in sorted(operations.items())]}}
+        quota = quotas.get(name.removeprefix("User:"))
+        if quota:
+            spec["quotas"] = {key: int(value) for key, value in (("producerByteRate", quota.produce_bytes_per_s),
+                                                                 ("consumerByteRate", quota.fetch_bytes_per_s)) if value}
         yield {"apiVersion": "kafka.strimzi.io/v1", "kind": "KafkaUser",
                "metadata": {"name": name.removeprefix("User:"), "namespace": k8s_namespace,
                             "labels": {"strimzi.io/cluster": cluster}},
-               "spec": {"authentication": {"type": "scram-sha-512"},
-                        "authorization": {"type": "simple", "acls": [
-                            {"resource": {"type": kind, "name": resource,
-                                          "patternType": "literal" if pattern == "literal" else "prefix"},
-                             "operations": ops, "host": "*"}
-                            for (kind, resource, pattern), ops in sorted(operations.items())]}}}
+               "spec": spec}
+
+
+def run_quotas(config: RunConfig) -> dict[str, Quota]:
+    """SCRAM user → its quota, from `access.quotas`."""
+    return {user(config.namespace, c): Quota(q.produce_bytes_per_s, q.fetch_bytes_per_s)
+            for c, q in config.access.quotas.items()}
+
+
+def grant(operator: KafkaSettings, config: RunConfig, raw: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """As the operator (a super user): every component's ACLs, a SCRAM login with a fresh password
+    (an earlier one stops working: each start rotates them) and its quotas. component → (user, password)."""
+    namespace, wanted = config_needs(config, raw)
+    apply(operator, [r for c, n in wanted.items() for r in acls(principal(namespace, c), n)])
+    logins = {c: (user(namespace, c), secrets.token_urlsafe(24)) for c in sorted(wanted) if c != "operator"}
+    set_logins(operator, dict(logins.values()))
+    set_quotas(operator, run_quotas(config))
+    return logins

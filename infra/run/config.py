@@ -122,6 +122,43 @@ class RunSection(BaseModel):
         return value
 
 
+# The principals `undertow acls` grants (infra/run/access.py), by component; shadows add `shadow-<name>`.
+PRINCIPALS = ("feeder", "rollout", "processors", "trainer", "eval", "archive", "monitor", "watchers", "serve",
+              "operator")
+
+
+class Quota(BaseModel):
+    """One principal's byte-rate ceilings, per broker (Kafka's user quotas)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    produce_bytes_per_s: float | None = Field(None, gt=0, description="producer_byte_rate; null: none")
+    fetch_bytes_per_s: float | None = Field(None, gt=0, description="consumer_byte_rate; null: none")
+
+
+class AccessConfig(BaseModel):
+    """`access:` — who logs in as whom (README, "Least privilege on the log")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    per_component: bool = Field(False, description=(
+        "`undertow run` logs each component in as its own SCRAM-SHA-512 user, User:<namespace>-<component>, with "
+        "a fresh password at every start and only the ACLs `undertow acls` prints; the config's own login is the "
+        "operator's (a super user) and no component sees it. No cluster configured: the run's own broker is "
+        "started with an authorizer"))
+    quotas: dict[str, Quota] = Field(default_factory=dict, description=(
+        "byte-rate quotas by component ({rollout: {produce_bytes_per_s: 1.0e+6}}), set with the ACLs (`undertow "
+        "acls --apply`, and `undertow run` with per_component)"))
+
+    @field_validator("quotas")
+    @classmethod
+    def _components(cls, value: dict[str, Quota]) -> dict[str, Quota]:
+        for name in value:
+            if name not in PRINCIPALS and not name.startswith("shadow-"):
+                raise ValueError(f"quotas: {name!r} is not a component (one of {', '.join(PRINCIPALS)}, shadow-<name>)")
+        return value
+
+
 class RunConfig(BaseModel):
     """A whole run: cluster, model, each stage's section, and the run's own settings."""
 
@@ -152,6 +189,7 @@ class RunConfig(BaseModel):
         "shadow trainers: other trainer settings trained on the same experiences, each evaluated beside the run's "
         "trainer (`undertow train CONFIG --shadow NAME`; `undertow run` starts them)"))
     run: RunSection = Field(default_factory=RunSection, description="supervision")
+    access: AccessConfig = Field(default_factory=AccessConfig, description="one login per component, quotas")
 
     @model_validator(mode="before")
     @classmethod

@@ -201,3 +201,13 @@ def baselines_are_generated(cfg: "RunConfig") -> Iterator[str]:
         if ask and ask(**component.kwargs):
             yield (f"processors.pipeline.{i} ({component.name}): its advantage is measured against the reward of "
                    f"each task's greedy answer, which rollout.greedy_baseline (false) does not generate: set it true")
+
+
+@whole_run_rule
+def own_logins_need_sasl(cfg: "RunConfig") -> Iterator[str]:
+    """Each component's SCRAM login needs a SASL listener; the run's own broker gets one."""
+    kafka = cfg.kafka
+    if cfg.access.per_component and kafka.bootstrap_servers and not kafka.sasl:
+        yield (f"access.per_component needs kafka.security_protocol SASL_PLAINTEXT or SASL_SSL (it is "
+               f"{kafka.security_protocol}): each component logs in with a SCRAM-SHA-512 password, and the "
+               f"config's login, the operator's, must be a super user of the cluster")

@@ -19,12 +19,13 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from secrets import token_hex
+from secrets import token_hex, token_urlsafe
 from typing import Any, Callable
 
 from undertow.infra.broker.local import LocalKafka, free_port_block
 from undertow.infra.report.metrics_log import MetricsRecorder, RunEvents, last_recorded
 from undertow.infra.run.restarts import Crash, RestartBudget
+from undertow.infra.run.access import LOGIN_PASSWORD_ENV, LOGIN_USERNAME_ENV, component_of, grant
 from undertow.infra.run.secrets import referenced
 from undertow.infra.run.rollout_env import engine_command
 from undertow.infra.run.drain import Drain
@@ -32,7 +33,10 @@ from undertow.infra.run.config import RestartPolicy, RunConfig, RunStage, stage_
 from undertow.infra.run.supervisor import ROLES, Child, Supervisor, role
 from undertow.processors.config import processors_group
 from undertow.rollout.config import rollout_group
+from undertow.kernel.config_io import ConfigError
 from undertow.streams import KafkaSettings, Topics, create_topics, grow_topics
+from undertow.streams.access import SCRAM
+from undertow.streams.settings import BOOTSTRAP_ENV, SECRETS, env_reference
 from undertow.streams.weights.broadcast import TOKEN_ENV
 
 # The trainer checkpoints before the processors go; the evaluator after the trainer, to score its final
@@ -123,6 +127,9 @@ class Run:
         # process's environment, which every component started inherits (infra/run/secrets.py).
         raw, secrets = referenced(raw)
         os.environ.update(secrets)
+        # With a login per component, none of them gets the operator's (infra/run/access.py).
+        self.operator_secrets = {*secrets, *filter(None, (env_reference((raw.get("kafka") or {}).get(f)) for f in SECRETS))}
+        self.logins: dict[str, tuple[str, str]] = {}  # component -> (user, password) with access.per_component
         # The broadcast rendezvous admits only peers that hold this (streams/weights/broadcast.py): the
         # caller's, else a fresh one per `undertow run`, given to the components it starts and never
         # written down (a resume restarts every component anyway).
@@ -139,6 +146,8 @@ class Run:
     def execute(self) -> list[StageOutcome]:
         """Run the remaining stages; stops at the first that does not finish."""
         self.kafka = self._cluster()
+        if self.config.access.per_component:  # fresh passwords at every start: a resume rotates them
+            self.logins = grant(self.kafka, self.config, self.raw)
         outcomes = []
         try:
             for index in range(self.state.stage, len(self.stages())):
@@ -173,30 +182,32 @@ class Run:
                                    after=last_recorded(metrics, stage=name))
         recorder.start()
         sup = Supervisor(self.run_dir / "logs" / f"{index}-{name}",
-                         env={"UNDERTOW_BOOTSTRAP": self.kafka.bootstrap_servers, **self.child_env}, cpus=self.config.run.cpus)
+                         env={"UNDERTOW_BOOTSTRAP": self.kafka.bootstrap_servers, **self.child_env}, cpus=self.config.run.cpus,
+                         hidden=self.operator_secrets if self.logins else ())
+        start = lambda child, argv: sup.start(child, argv, env=self._login(child))  # noqa: E731
         events = RunEvents(self.kafka, namespace)
         watch = StageWatch(sup, self.config.run.restarts, events, name)
         cli = [sys.executable, "-m", "undertow.infra.cli"]
         started = time.time()
-        sup.start("processors", [*cli, "process", str(path), "--workers", str(self.config.run.processor_workers)])
+        start("processors", [*cli, "process", str(path), "--workers", str(self.config.run.processor_workers)])
         budget = ["--max-steps", str(steps)] if steps else []
-        sup.start("trainer", [*cli, "train", str(path), "--nproc", str(self.config.run.trainer_processes), *budget])
+        start("trainer", [*cli, "train", str(path), "--nproc", str(self.config.run.trainer_processes), *budget])
         merged = stage_config(self.raw, stage)
         for shadow in merged.shadows:  # the same steps on the same stream, one rank each
             create_topics(self.kafka, namespace, shadow=shadow.name)
-            sup.start(f"trainer@{shadow.name}", [*cli, "train", str(path), "--shadow", shadow.name, *budget])
-        sup.start("rollout", [*engine_command(merged.rollout), "rollout", str(path)])  # vllm: its own environment
-        sup.start("feeder", [*cli, "feed", str(path)])
+            start(f"trainer@{shadow.name}", [*cli, "train", str(path), "--shadow", shadow.name, *budget])
+        start("rollout", [*engine_command(merged.rollout), "rollout", str(path)])  # vllm: its own environment
+        start("feeder", [*cli, "feed", str(path)])
         if self.config.run.archive:
-            sup.start("archive", [*cli, "archive", str(path)])
+            start("archive", [*cli, "archive", str(path)])
         if merged.eval.tasksets:  # a stage may switch the evaluation off or on
-            sup.start("eval", [*engine_command(merged.rollout), "eval", str(path)])
+            start("eval", [*engine_command(merged.rollout), "eval", str(path)])
             for shadow in merged.shadows:
-                sup.start(f"eval@{shadow.name}", [*engine_command(merged.rollout), "eval", str(path), "--shadow", shadow.name])
+                start(f"eval@{shadow.name}", [*engine_command(merged.rollout), "eval", str(path), "--shadow", shadow.name])
         if self.config.watchers:
-            sup.start("watch", [*cli, "watch", str(path)])
+            start("watch", [*cli, "watch", str(path)])
         if self.config.monitor.sinks:
-            sup.start("monitor", [*cli, "monitor", str(path)])
+            start("monitor", [*cli, "monitor", str(path)])
         names = Topics(namespace)
         drain = Drain(self.kafka, [(names.tasks, rollout_group(namespace, merged.rollout.consumer_group)),
                                    (names.raw, processors_group(namespace, merged.processors.app_id))])
@@ -253,6 +264,11 @@ class Run:
         mapping = stage_mapping(self.raw, stage)
         mapping.pop("run", None)
         mapping["kafka"] = {**(mapping.get("kafka") or {}), "bootstrap_servers": self.kafka.bootstrap_servers}
+        if self.logins:  # each component reads its own login from its environment (`_login`)
+            mapping["kafka"].update(security_protocol=self.kafka.security_protocol, sasl_mechanism=SCRAM,
+                                    sasl_username=f"${{{LOGIN_USERNAME_ENV}}}", sasl_password=f"${{{LOGIN_PASSWORD_ENV}}}")
+            if self.kafka.ssl_cafile:
+                mapping["kafka"]["ssl_cafile"] = self.kafka.ssl_cafile
         mapping.setdefault("trainer", {})["checkpoint_dir"] = str(self.run_dir / "checkpoints")
         # A run's own broker restarts offsets at 0: its archive must not resume from another run's files.
         mapping["archive"] = {"root": str(self.run_dir / "archive"), **(mapping.get("archive") or {})}
@@ -265,13 +281,31 @@ class Run:
         path = write_yaml(self.run_dir / "stages" / f"{index}-{stage.name if stage else 'main'}.yaml", mapping)
         return path, mapping.get("namespace", "undertow"), stage.steps if stage else self.config.run.steps
 
+    def _login(self, child: str) -> dict[str, str]:
+        """The environment that logs `child` in as its component (none without access.per_component)."""
+        if not self.logins:
+            return {}
+        user, password = self.logins[component_of(child)]
+        return {LOGIN_USERNAME_ENV: user, LOGIN_PASSWORD_ENV: password}
+
     def _cluster(self) -> KafkaSettings:
-        """The configured cluster, else a local broker whose data lives in the run directory."""
+        """The configured cluster, else a local broker whose data lives in the run directory (with
+        access.per_component, one that authorizes by ACLs, the run logged in as its super user)."""
         settings = self.config.kafka.with_env()
+        per_component = self.config.access.per_component
         if settings.bootstrap_servers:
+            if per_component and not settings.sasl:
+                raise ConfigError(f"access.per_component: the cluster at {settings.bootstrap_servers} (from "
+                                  f"${BOOTSTRAP_ENV} or kafka:) is reached with {settings.security_protocol}; each "
+                                  f"component logs in with a password over SASL (or unset {BOOTSTRAP_ENV}: a broker "
+                                  f"of the run's own is started)")
             return settings
-        self.broker = LocalKafka(self.run_dir / "broker", port=free_port_block(2))
+        operator = {"operator": token_urlsafe(24)} if per_component else None
+        self.broker = LocalKafka(self.run_dir / "broker", port=free_port_block(2), sasl_users=operator,
+                                 acls=per_component)
         self.broker.start()
+        if per_component:
+            return self.broker.settings().model_copy(update={"client_id": settings.client_id})
         return settings.model_copy(update={"bootstrap_servers": self.broker.bootstrap_servers})
 
 

@@ -12,6 +12,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 # Every component `undertow run` starts, in the order a stage stops them (runner.STOP_ORDER says why).
 ROLES = ("feeder", "rollout", "trainer", "eval", "watch", "processors", "archive", "monitor")
@@ -44,6 +45,7 @@ class Child:
     started: float = field(default_factory=time.time)
     restarts: int = 0
     restart_at: float | None = None  # crashed, waiting out its backoff until then (time.time())
+    env: dict[str, str] = field(default_factory=dict)  # its own, over the supervisor's (a login)
 
     @property
     def returncode(self) -> int | None:
@@ -70,16 +72,20 @@ class Child:
 class Supervisor:
     """Starts children with their own process group, watches them, stops them in order."""
 
-    def __init__(self, log_dir: Path, env: dict[str, str] | None = None, cpus: dict[str, str] | None = None):
+    def __init__(self, log_dir: Path, env: dict[str, str] | None = None, cpus: dict[str, str] | None = None,
+                 hidden: Iterable[str] = ()):
+        """`env` over this process's environment, less the variables `hidden` (the operator's secrets)."""
         self.log_dir = log_dir
         self.cpus = {name: cpu_list(spec) for name, spec in (cpus or {}).items()}
-        self.env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(env or {})}
+        inherited = {k: v for k, v in os.environ.items() if k not in set(hidden)}
+        self.env = {**inherited, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(env or {})}
         self.children: list[Child] = []
 
-    def start(self, name: str, argv: list[str]) -> Child:
-        """Launch `argv`; stdout and stderr go to <log_dir>/<name>.log, its pid to <name>.pid."""
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Child:
+        """Launch `argv` (with `env` over the supervisor's); stdout and stderr go to <log_dir>/<name>.log,
+        its pid to <name>.pid."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        child = Child(name, argv, self.log_dir / f"{name}.log")
+        child = Child(name, argv, self.log_dir / f"{name}.log", env=dict(env or {}))
         self._launch(child)
         self.children.append(child)
         return child
@@ -115,7 +121,7 @@ class Supervisor:
             # Own process group: a Ctrl-C in the terminal reaches the supervisor only, which then
             # stops the children in an order that lets the trainer checkpoint first.
             child.proc = subprocess.Popen(child.argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          env=self.env, start_new_session=True, preexec_fn=pin)
+                                          env={**self.env, **child.env}, start_new_session=True, preexec_fn=pin)
         child.started = time.time()
         (self.log_dir / f"{child.name}.pid").write_text(f"{child.proc.pid}\n")
 

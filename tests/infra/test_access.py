@@ -122,6 +122,30 @@ def test_undertow_acls_prints_each_principal_and_strimzi_users_carry_the_same_ru
         {p: sorted(r) for p, r in run_acls(str(path)).items()}
 
 
+def test_quotas_go_to_their_components_user_and_into_its_kafka_user(tmp_path):
+    path = write_config(tmp_path / "run.yaml", "lab", access={"quotas": {"rollout": {"produce_bytes_per_s": 1.5e6},
+                                                                         "eval": {"fetch_bytes_per_s": 2e7}}})
+    users = {u["metadata"]["name"]: u["spec"] for u in strimzi_users(str(path), "undertow", "undertow")}
+    assert users["lab-rollout"]["quotas"] == {"producerByteRate": 1500000}
+    assert users["lab-eval"]["quotas"] == {"consumerByteRate": 20000000}
+    assert "quotas" not in users["lab-trainer"]
+    bad = write_config(tmp_path / "bad.yaml", "lab", access={"quotas": {"rollouts": {"produce_bytes_per_s": 1}}})
+    out = CliRunner().invoke(app, ["config", "check", str(bad)])
+    assert out.exit_code != 0 and "'rollouts' is not a component" in " ".join(out.output.split())
+
+
+def test_each_child_undertow_run_starts_logs_in_as_its_component():
+    from undertow.infra.run.access import component_of, stage_needs
+    from undertow.infra.run.config import PRINCIPALS, RunConfig
+    from undertow.infra.run.supervisor import ROLES
+
+    named = {component_of(r) for r in ROLES}
+    assert named <= set(PRINCIPALS) and component_of("trainer@gspo") == component_of("eval@gspo") == "shadow-gspo"
+    cfg = RunConfig(namespace="lab", watchers=["stale_fraction"], shadows=[{"name": "gspo"}])
+    assert named | {"shadow-gspo"} <= set(stage_needs(cfg))  # each has its grants, so its login
+    assert set(stage_needs(cfg)) - {"shadow-gspo"} == set(PRINCIPALS)
+
+
 def test_the_deployments_kafka_users_carry_what_undertow_acls_prints():
     """infra/deploy/k8s/users.yaml is `undertow acls infra/deploy/run.yaml --strimzi`: regenerate it when
     a component's needs change."""

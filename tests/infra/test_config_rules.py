@@ -82,6 +82,11 @@ CASES = {
          "rollout.greedy_baseline (false)"],
         {"processors": {"pipeline": ["clean", {"name": "reshape", "advantage": "remax"}]},
          "rollout": {"greedy_baseline": True}}),
+    "own_logins_need_sasl": (
+        {"kafka": {"bootstrap_servers": "127.0.0.1:9"}, "access": {"per_component": True}},
+        ["access.per_component needs kafka.security_protocol SASL_PLAINTEXT or SASL_SSL (it is PLAINTEXT)"],
+        {"kafka": {"bootstrap_servers": "127.0.0.1:9", "security_protocol": "SASL_PLAINTEXT", "sasl_username": "op",
+                   "sasl_password": "op-secret"}, "access": {"per_component": True}}),
 }
 
 
@@ -129,7 +134,8 @@ def test_a_component_command_keeps_every_rule_but_the_whole_runs(tmp_path):
     from undertow.infra.run.config import load_component_config
 
     assert WHOLE_RUN == {"objective_trains_on_what_the_processors_write", "held_out_tasks_are_held_out",
-                         "pass_rates_have_a_reporter"}  # a feeder alone may read another pipeline's reports
+                         "pass_rates_have_a_reporter",  # a feeder alone may read another pipeline's reports
+                         "own_logins_need_sasl"}  # logins are made by `undertow run`; a component uses the one it has
     dpo = write_config(tmp_path / "dpo.yaml", "lab", trainer={"algorithm": {"objective": "dpo"}})
     assert load_component_config(dpo).trainer.algorithm.objective == "dpo"
     assert check(tmp_path, {"trainer": {"algorithm": {"objective": "dpo"}}})[0] == 2

@@ -149,7 +149,7 @@ def test_run_starts_a_monitor_only_when_the_section_names_sinks(monkeypatch, kaf
         def __init__(self, *args, **kwargs):
             self.children = []
 
-        def start(self, name, argv):
+        def start(self, name, argv, env=None):
             started.append((name, argv[-1]))
 
         def stop(self, names=None, **timeouts):

@@ -136,3 +136,19 @@ def test_a_child_that_exits_has_its_group_killed_then_and_is_never_signalled_aft
     sup.schedule_restart(crashed, 30.0)
     sup.stop()
     assert signalled == []
+
+
+def test_a_child_gets_its_own_login_and_none_gets_a_hidden_variable(tmp_path, monkeypatch):
+    """`undertow run` with access.per_component: the operator's secret stays in the supervisor; each
+    child has its own login, after a restart too."""
+    monkeypatch.setenv("OPERATOR_SECRET", "s3cret")
+    sup = Supervisor(tmp_path, env={"SHARED": "yes"}, hidden={"OPERATOR_SECRET"})
+    script = ("import os, sys; open(sys.argv[1], 'a').write(repr((os.environ.get('OPERATOR_SECRET'), "
+              "os.environ.get('SHARED'), os.environ.get('LOGIN'))) + '\\n')")
+    seen = {name: tmp_path / f"{name}.seen" for name in ("a", "b")}
+    children = [sup.start(name, [sys.executable, "-c", script, str(seen[name])], env={"LOGIN": name}) for name in seen]
+    wait_for(lambda: all(c.returncode is not None for c in children), what="both children exited")
+    sup.restart(children[0])
+    wait_for(lambda: len(seen["a"].read_text().splitlines()) == 2, what="the restarted child ran again")
+    assert seen["a"].read_text() == "(None, 'yes', 'a')\n" * 2 and seen["b"].read_text() == "(None, 'yes', 'b')\n"
+    sup.stop()

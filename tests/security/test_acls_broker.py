@@ -2,7 +2,8 @@
 component's login may do its job, and a rollout worker's (the hosts that run untrusted tool code)
 is refused what would steer training: writing ready or weights, committing the trainer's group,
 reading another namespace. Each refusal is checked to lift once the ACL is widened, so it is the
-ACL that refuses and not something else."""
+ACL that refuses and not something else. Then the SCRAM logins `undertow run` makes, rotated, and
+the quotas."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ from typer.testing import CliRunner
 from undertow.infra.broker.local import LocalKafka, free_port_block
 from undertow.infra.cli import app
 from undertow.infra.run.access import run_acls
-from undertow.streams import KafkaSettings, Topics, create_topics, record_counts
-from undertow.streams.access import Acl, AclsRefused, apply
-from undertow.streams.connect import connect
-from tests.helpers import write_config
+from undertow.streams import KafkaSettings, RecordProducer, Topics, create_topics, record_counts
+from undertow.streams.admin import TopicNotFound, topic_partitions
+from undertow.streams.access import Acl, AclsRefused, Quota, apply, remove_logins, set_logins, set_quotas
+from undertow.streams.connect import KafkaUnreachable, connect
+from tests.helpers import wait_for, write_config
 
-pytestmark = [pytest.mark.broker, pytest.mark.slow]
+pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.xdist_group("acl-broker")]
 COMPONENTS = ("rollout", "trainer", "processors")
 USERS = {"admin": "admin-secret", **{f"lab-{c}": f"{c}-secret" for c in COMPONENTS}}
 
@@ -115,6 +117,9 @@ def test_a_rollout_login_cannot_commit_the_trainers_group_or_read_another_namesp
         assert other.poll(timeout_ms=3000) == {}  # kafka-python logs the refusal and returns nothing
         with pytest.raises(TopicAuthorizationFailedError):
             other.end_offsets([theirs])
+        # What a component says when it finds its topic hidden so: the login and the way out, not "missing".
+        with pytest.raises(TopicNotFound, match="or the broker hides it from User:lab-rollout"):
+            topic_partitions(other, theirs.topic)
     finally:
         other.close()
 
@@ -152,3 +157,65 @@ def test_the_generated_acls_are_the_ones_applied(lab, tmp_path):
                a.resource_pattern.resource_name, names[a.operation]) for a in held}
     assert wanted <= got  # the widening test above may have added its one rule
     assert got - wanted <= {Acl("User:lab-rollout", "topic", "literal", "lab.experiences.expert", "Write")}
+
+
+def scram(broker: LocalKafka, user: str, password: str) -> KafkaSettings:
+    return KafkaSettings(bootstrap_servers=broker.bootstrap_servers, security_protocol="SASL_PLAINTEXT",
+                         sasl_mechanism="SCRAM-SHA-512", sasl_username=user, sasl_password=password)
+
+
+def read_tasks(settings: KafkaSettings, topic: str, at_most: int) -> list[bytes]:
+    """Up to `at_most` records of the rollout group on `topic`, committed."""
+    consumer = connect(KafkaConsumer, settings, group_id="lab.rollout", enable_auto_commit=False,
+                       auto_offset_reset="earliest", max_poll_records=at_most)
+    try:
+        consumer.subscribe([topic])
+        got = wait_for(lambda: [r.value for rs in consumer.poll(timeout_ms=1000).values() for r in rs], 60,
+                       f"records of {topic} for the rollout group")
+        consumer.commit()
+        return got
+    finally:
+        consumer.close()
+
+
+def test_a_rotated_password_locks_the_old_one_out_and_the_component_goes_on_where_it_left_off(broker, lab):
+    """The procedure the README gives: set the new password, restart the component with it; the
+    group's committed offsets carry it on. `undertow run` rotates so at every start."""
+    t = Topics("rotation")
+    create_topics(lab, "rotation")
+    apply(lab, [Acl("User:lab-rollout", "topic", "literal", t.tasks, "Read")])
+    for i in range(4):
+        send(broker, "admin", t.tasks)
+    set_logins(lab, {"lab-rollout": "first-pw"})
+    assert len(read_tasks(scram(broker, "lab-rollout", "first-pw"), t.tasks, 2)) == 2
+    set_logins(lab, {"lab-rollout": "second-pw"})
+    with pytest.raises(KafkaUnreachable, match="as SASL user 'lab-rollout'"):
+        RecordProducer(scram(broker, "lab-rollout", "first-pw"), bootstrap_timeout_ms=3000)
+    assert len(read_tasks(scram(broker, "lab-rollout", "second-pw"), t.tasks, 10)) == 2  # the other two
+    remove_logins(lab, ["lab-rollout"])
+    with pytest.raises(KafkaUnreachable, match="as SASL user 'lab-rollout'"):
+        RecordProducer(scram(broker, "lab-rollout", "second-pw"), bootstrap_timeout_ms=3000)
+
+
+def throttled_ms(user: str, broker: LocalKafka, topic: str) -> float:
+    """The most the broker throttled `user`'s producer over 150 KB (its quota's doing)."""
+    p = producer(broker, user)
+    try:
+        for _ in range(15):
+            p.send(topic, b"x" * 10_000, key=b"k")
+        p.flush(timeout=120)
+        return max(v for group in p.metrics().values() for k, v in group.items() if k == "throttle-time-max")
+    finally:
+        p.close(timeout=5)
+
+
+def test_a_produce_quota_throttles_the_rollout_and_not_the_trainer(broker, lab):
+    t = Topics("lab")
+    set_quotas(lab, {"lab-rollout": Quota(produce_bytes_per_s=10_000)})
+    try:
+        # A new client's rate is measured over the broker's whole quota window (11 samples of 1 s): 150 KB
+        # is 15 KB/s over it, above the 10 KB/s allowed, so the broker holds the producer back.
+        assert throttled_ms("lab-rollout", broker, t.raw) > 0
+        assert throttled_ms("lab-trainer", broker, t.weights) == 0
+    finally:
+        set_quotas(lab, {"lab-rollout": Quota()})  # removed: the module's other tests produce as it

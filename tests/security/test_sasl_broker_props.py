@@ -16,7 +16,7 @@ def test_clients_log_in_with_plain_while_the_controller_stays_plaintext(tmp_path
     assert p["listeners"] == "SASL_PLAINTEXT://127.0.0.1:30200,CONTROLLER://127.0.0.1:30201"
     assert p["advertised.listeners"] == "SASL_PLAINTEXT://127.0.0.1:30200"
     assert p["listener.security.protocol.map"] == "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT"
-    assert (p["inter.broker.listener.name"], p["sasl.enabled.mechanisms"]) == ("SASL_PLAINTEXT", "PLAIN")
+    assert (p["inter.broker.listener.name"], p["sasl.enabled.mechanisms"]) == ("SASL_PLAINTEXT", "PLAIN,SCRAM-SHA-512")
     assert p["sasl.mechanism.inter.broker.protocol"] == "PLAIN"
     assert p["listener.name.sasl_plaintext.plain.sasl.jaas.config"] == (
         'org.apache.kafka.common.security.plain.PlainLoginModule required '

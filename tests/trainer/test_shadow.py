@@ -112,7 +112,7 @@ def test_undertow_run_starts_each_shadows_trainer_and_evaluator_and_waits_for_th
                                                                                    monkeypatch):
     started: list[tuple[str, list[str]]] = []
     stopped: list[list[str]] = []
-    monkeypatch.setattr(Supervisor, "start", lambda self, name, argv: started.append((name, argv)))
+    monkeypatch.setattr(Supervisor, "start", lambda self, name, argv, env=None: started.append((name, argv)))
     monkeypatch.setattr(Supervisor, "stop", lambda self, names=None, timeout=60.0, timeouts=None: stopped.append(names))
     monkeypatch.setattr(Run, "_watch", lambda self, sup, watch, recorder, drain: ("done", ""))
     raw = {"namespace": namespace, "model": {"source": "tiny"}, "eval": HELDOUT, "run": {"steps": 7},

@@ -18,14 +18,16 @@ if importlib.util.find_spec("vllm") is None:
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache: the tiny model needs little
 
 
-@pytest.fixture(scope="module")
+# Session-wide: the batch engine's modules (engine, async) share one start-up; each test that swaps
+# weights in loads `original` back before it ends.
+@pytest.fixture(scope="session")
 def llama_dir(tmp_path_factory):
     from tests.vllm.tiny_llama import save_tiny_llama
 
     return save_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def spec(llama_dir, tmp_path_factory):
     """The directory's model started from other weights (`init_from`, as a later stage starts): every
     comparison with the trainer's recomputation fails unless vLLM applied them too."""
@@ -36,9 +38,9 @@ def spec(llama_dir, tmp_path_factory):
     return ModelSpec(source="hf", path=str(llama_dir), init_from=str(start))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def engine(spec):
-    """vLLM's batch engine (one per module: it takes tens of seconds to start)."""
+    """vLLM's batch engine (one for the lane: it takes tens of seconds to start)."""
     import gc
     import time
 
@@ -52,7 +54,7 @@ def engine(spec):
     gc.collect()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def original(spec) -> bytes:
     """The spec's weights as the trainer publishes them: what a test swaps back in."""
     from undertow.kernel.models import build_model, weights_to_bytes

@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.broker]  # a stage creates its topics and records its 
 def test_run_starts_watch_only_when_watchers_are_named(kafka, namespace, tmp_path, monkeypatch, watchers):
     started: list[tuple[str, list[str]]] = []
     stopped: list[list[str]] = []
-    monkeypatch.setattr(Supervisor, "start", lambda self, name, argv: started.append((name, argv)))
+    monkeypatch.setattr(Supervisor, "start", lambda self, name, argv, env=None: started.append((name, argv)))
     monkeypatch.setattr(Supervisor, "stop", lambda self, names=None, timeout=60.0, timeouts=None: stopped.append(names))
     monkeypatch.setattr(Run, "_watch", lambda self, sup, watch, recorder, drain: ("done", ""))
     raw = {"namespace": namespace, "model": {"source": "tiny"}, "watchers": watchers}
