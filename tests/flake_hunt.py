@@ -1,6 +1,6 @@
 """Run tests several times under a steady competing CPU load and count each test's failures.
 
-    python tests/flake_hunt.py --rounds 3 -- -n 2 --dist loadgroup -m "slow or broker"
+    python tests/flake_hunt.py --rounds 3 -- -n 2 -m "slow or broker"
     python tests/flake_hunt.py --rounds 5 --load 2 -- tests/infra/test_elastic_processors.py
 
 Timing races hide on a quiet machine and strike on a busy CI host: the load (`--load` busy-loop

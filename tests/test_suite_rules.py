@@ -1,7 +1,6 @@
 """Rules the suite keeps about itself: a wait inside a test ends before the test's time limit, so
 that its message (the run's output, the components' logs) is what a failure shows, not pytest-timeout's
-stack dump; waits end on conditions and say what they waited for; a module's own broker is started
-once. (Every test that uses a broker carries the `broker` marker: tests/conftest.py refuses to
+stack dump. (Every test that uses a broker carries the `broker` marker: tests/conftest.py refuses to
 collect one that does not.)"""
 
 from __future__ import annotations
@@ -152,30 +151,3 @@ def test_the_wait_rules_see_a_bet_and_a_silent_wait():
               "        pass\n")
     assert sleeps_then_asserts(source) == ["test_a:4"]
     assert silent_waits(source) == ["test_d:15 wait_for without `what`", "test_d:18 a deadline loop of its own"]
-
-
-# -- a module's own broker is started once -------------------------------------------------------
-
-def unshared_brokers(source: str) -> list[str]:
-    """Module-scoped fixtures that start a broker in a module without an `xdist_group` mark: under
-    `-n 2` each worker that runs one of its tests starts another (pyproject's `--dist loadgroup` keeps
-    a group's tests on one worker)."""
-    tree = ast.parse(source)
-    grouped = any(isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "pytestmark" for t in n.targets)
-                  and "xdist_group" in ast.unparse(n.value) for n in tree.body)
-    return [] if grouped else sorted(
-        f"{f.name}:{f.lineno}" for f in tree.body if isinstance(f, ast.FunctionDef)
-        and any("scope='module'" in ast.unparse(d) for d in f.decorator_list)
-        and any(calls_named(n, "LocalKafka") for n in ast.walk(f)))
-
-
-def test_a_modules_own_broker_is_started_once():
-    found = rule_breaks(unshared_brokers)
-    assert not found, f"module brokers each xdist worker would start again (mark the module xdist_group): {found}"
-
-
-def test_the_broker_rule_sees_a_module_broker_without_a_group():
-    fixture = ("@pytest.fixture(scope='module')\ndef broker(tmp_path_factory):\n"
-               "    yield LocalKafka(tmp_path_factory.mktemp('k')).start()\n")
-    assert unshared_brokers("import pytest\npytestmark = [pytest.mark.broker]\n" + fixture) == ["broker:4"]
-    assert unshared_brokers("import pytest\npytestmark = [pytest.mark.xdist_group('k')]\n" + fixture) == []

@@ -29,7 +29,7 @@ from undertow.streams import KafkaSettings, Topics
 from tests.helpers import read_all
 from tests.run_output import stop_run, undertow_run, wait_for_step, wait_run
 
-pytestmark = [pytest.mark.broker, pytest.mark.cluster, pytest.mark.slow, pytest.mark.xdist_group("faults-cluster")]
+pytestmark = [pytest.mark.broker, pytest.mark.cluster, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = 1600  # x 8 samples = 200 trainer steps of 64
 # (part, the trainer step it dies at): each fault waits for the run to have recovered from the last

@@ -11,7 +11,7 @@ from undertow.schemas import Task
 from undertow.streams import KafkaSettings, RecordConsumer, RecordProducer, Topics, create_topics, describe_topics
 from tests.helpers import wait_for
 
-pytestmark = [pytest.mark.broker, pytest.mark.cluster, pytest.mark.slow, pytest.mark.xdist_group("three-nodes")]
+pytestmark = [pytest.mark.broker, pytest.mark.cluster, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from undertow.streams.access import Acl, AclsRefused, Quota, apply, remove_login
 from undertow.streams.connect import KafkaUnreachable, connect
 from tests.helpers import wait_for, write_config
 
-pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.xdist_group("acl-broker")]
+pytestmark = [pytest.mark.broker, pytest.mark.slow]
 COMPONENTS = ("rollout", "trainer", "processors")
 USERS = {"admin": "admin-secret", **{f"lab-{c}": f"{c}-secret" for c in COMPONENTS}}
 

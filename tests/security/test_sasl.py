@@ -18,7 +18,7 @@ from undertow.streams import (CATALOG, KafkaSettings, KafkaUnreachable, RecordCo
 from tests.helpers import take
 from tests.security.helpers import run_config, through_worker_to_feed, undertow
 
-pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.xdist_group("sasl-broker")]
+pytestmark = [pytest.mark.broker, pytest.mark.slow]
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
 
 

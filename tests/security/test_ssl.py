@@ -25,7 +25,7 @@ from undertow.streams import (CATALOG, KafkaSettings, KafkaUnreachable, RecordCo
 from tests.helpers import read_all, take, wait_for
 from tests.security.helpers import client_certificate, through_worker_to_feed
 
-pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.xdist_group("tls-broker")]
+pytestmark = [pytest.mark.broker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
