@@ -1,4 +1,4 @@
-"""Who may do what on the log: a component's needs, as the broker's ACLs.
+"""Who may do what on the log: a component's needs, as the broker's ACLs; its SCRAM login and quotas.
 
 A component reads some topics, writes others, commits offsets in its own consumer groups, looks at
 other groups' lag, and (the processors, through Faust) keeps topics of its own under a prefix. Each
@@ -190,8 +190,8 @@ def set_quotas(settings: "KafkaSettings", quotas: dict[str, Quota], timeout_s: f
         refused = [(e.entity, e.error_message or e.error_code) for e in response.entries if e.error_code]
         if refused:
             raise AclsRefused(f"the broker refused quotas: {refused}")
-        # Committed by the controller, applied by the broker a moment later: a producer let in at once
-        # went unthrottled. The broker describes quotas from what it applies.
+        # Committed by the controller, applied by each broker from its metadata a moment later; a broker
+        # describes quotas from what it applies.
         wanted = {(user, key): getattr(q, field) for user, q in quotas.items() for key, field in keys}
         deadline = time.monotonic() + timeout_s
         while (held := _quotas_held(send, list(quotas))) != {k: v for k, v in wanted.items() if v is not None}:
