@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
 if TYPE_CHECKING:
     from undertow.streams.settings import KafkaSettings
 
@@ -134,12 +136,13 @@ def apply(settings: "KafkaSettings", rules: Iterable[Acl], timeout_s: float = 30
 SCRAM = "SCRAM-SHA-512"
 
 
-@dataclass(frozen=True)
-class Quota:
+class Quota(BaseModel):
     """A principal's byte-rate ceilings, enforced per broker (Kafka's user quotas); None: no ceiling."""
 
-    produce_bytes_per_s: float | None = None
-    fetch_bytes_per_s: float | None = None
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    produce_bytes_per_s: float | None = Field(None, gt=0, description="producer_byte_rate; null: none")
+    fetch_bytes_per_s: float | None = Field(None, gt=0, description="consumer_byte_rate; null: none")
 
 
 def set_logins(settings: "KafkaSettings", passwords: dict[str, str]) -> None:

@@ -139,8 +139,7 @@ def strimzi_users(path: str, cluster: str, k8s_namespace: str) -> Iterator[dict]
 
 def run_quotas(config: RunConfig) -> dict[str, Quota]:
     """SCRAM user → its quota, from `access.quotas`."""
-    return {user(config.namespace, c): Quota(q.produce_bytes_per_s, q.fetch_bytes_per_s)
-            for c, q in config.access.quotas.items()}
+    return {user(config.namespace, c): q for c, q in config.access.quotas.items()}
 
 
 def grant(operator: KafkaSettings, config: RunConfig, raw: dict[str, Any]) -> dict[str, tuple[str, str]]:

@@ -24,6 +24,7 @@ from undertow.rollout.serve.config import ServeConfig
 from undertow.kernel.models import ModelSpec
 from undertow.streams import NAMESPACE_PATTERN, KafkaSettings, TopicsConfig
 from undertow.streams.topics import IdleWorkers, idle_workers
+from undertow.streams.access import Quota
 from undertow.streams.archive import ArchiveConfig
 from undertow.streams.weights.api import transport_of
 from undertow.trainer.config import TrainerConfig
@@ -125,15 +126,6 @@ class RunSection(BaseModel):
 # The principals `undertow acls` grants (infra/run/access.py), by component; shadows add `shadow-<name>`.
 PRINCIPALS = ("feeder", "rollout", "processors", "trainer", "eval", "archive", "monitor", "watchers", "serve",
               "operator")
-
-
-class Quota(BaseModel):
-    """One principal's byte-rate ceilings, per broker (Kafka's user quotas)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    produce_bytes_per_s: float | None = Field(None, gt=0, description="producer_byte_rate; null: none")
-    fetch_bytes_per_s: float | None = Field(None, gt=0, description="consumer_byte_rate; null: none")
 
 
 class AccessConfig(BaseModel):

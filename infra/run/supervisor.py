@@ -77,7 +77,8 @@ class Supervisor:
         """`env` over this process's environment, less the variables `hidden` (the operator's secrets)."""
         self.log_dir = log_dir
         self.cpus = {name: cpu_list(spec) for name, spec in (cpus or {}).items()}
-        inherited = {k: v for k, v in os.environ.items() if k not in set(hidden)}
+        hidden = set(hidden)
+        inherited = {k: v for k, v in os.environ.items() if k not in hidden}
         self.env = {**inherited, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", **(env or {})}
         self.children: list[Child] = []
 

@@ -20,7 +20,7 @@ from undertow.schemas import Bucket, WeightIntegrityError, announce_buckets
 from undertow.streams.weights import (
     FilesSender, Sending, WeightsConfig, broadcast, check_announcement, fetch_files, manifest_of, transport_of,
 )
-from undertow.streams.weights import staging
+from undertow.streams.weights import rendezvous, staging
 from undertow.streams.weights.broadcast import receive_broadcast
 from tests.helpers import wait_for
 
@@ -162,11 +162,11 @@ def broadcast_round(store, buckets, version, expected, join_timeout_s=5.0, timeo
     out: dict = {}
 
     def serve():
-        members = broadcast.close_membership(store, version, token, expected, join_timeout_s)
+        members = rendezvous.close_membership(store, version, token, expected, join_timeout_s)
         out["size"], size = members.size, members.size
         try:
             if size > 1:
-                broadcast.send(broadcast.group(store, members.prefix, 0, size, timeout_s), buckets)
+                rendezvous.send(rendezvous.group(store, members.prefix, 0, size, timeout_s), buckets)
                 out["sent"] = True
         except Exception as e:
             out["error"] = e
@@ -182,7 +182,7 @@ def test_broadcast_delivers_a_version_to_the_workers_that_joined(tmp_path, monke
     monkeypatch.setattr(staging, "MEMORY_ROOT", str(memory))
     disk = tmp_path / "staging"
     disk.mkdir()
-    store = broadcast.host_store("127.0.0.1", 0, 10)
+    store = rendezvous.host_store("127.0.0.1", 0, 10)
     buckets = to_buckets(state_tensors(build_model(ModelSpec(seed=7))), 20_000)
     update = announce_buckets("policy", 4, manifest_of(buckets), transport="broadcast",
                               rendezvous=f"127.0.0.1:{store.port}")
@@ -209,9 +209,9 @@ def test_broadcast_delivers_a_version_to_the_workers_that_joined(tmp_path, monke
 
 
 def test_a_worker_that_joins_and_dies_costs_the_sending_thread_a_timeout_not_training():
-    store = broadcast.host_store("127.0.0.1", 0, 10)
-    ghost = broadcast.connect(f"127.0.0.1:{store.port}", 10)
-    broadcast.attempt(ghost, 5, "")  # joined (with the run's token, none here), then never builds the group
+    store = rendezvous.host_store("127.0.0.1", 0, 10)
+    ghost = rendezvous.connect(f"127.0.0.1:{store.port}", 10)
+    rendezvous.attempt(ghost, 5, "")  # joined (with the run's token, none here), then never builds the group
     started = time.monotonic()
     trainer = broadcast_round(store, [b"x" * 100], 5, expected=1, timeout_s=2.0)
     trainer["thread"].join(30)
@@ -226,9 +226,9 @@ def test_a_group_gloo_does_not_form_is_given_up_at_the_timeout(monkeypatch):
 
     gloo = threading.Event()
     monkeypatch.setattr(dist, "ProcessGroupGloo", lambda *args: gloo.wait(120))  # a connect that hangs
-    store = broadcast.host_store("127.0.0.1", 0, 10)
-    ghost = broadcast.connect(f"127.0.0.1:{store.port}", 10)
-    broadcast.attempt(ghost, 6, "")
+    store = rendezvous.host_store("127.0.0.1", 0, 10)
+    ghost = rendezvous.connect(f"127.0.0.1:{store.port}", 10)
+    rendezvous.attempt(ghost, 6, "")
     started = time.monotonic()
     trainer = broadcast_round(store, [b"x" * 100], 6, expected=1, timeout_s=2.0)
     trainer["thread"].join(30)
@@ -238,7 +238,7 @@ def test_a_group_gloo_does_not_form_is_given_up_at_the_timeout(monkeypatch):
 
 
 def test_a_stranger_without_the_run_token_is_refused_and_a_member_gets_the_version(tmp_path):
-    store = broadcast.host_store("127.0.0.1", 0, 10)
+    store = rendezvous.host_store("127.0.0.1", 0, 10)
     buckets = to_buckets(state_tensors(build_model(ModelSpec(seed=7))), 20_000)
     update = announce_buckets("policy", 7, manifest_of(buckets), transport="broadcast",
                               rendezvous=f"127.0.0.1:{store.port}")
@@ -251,7 +251,7 @@ def test_a_stranger_without_the_run_token_is_refused_and_a_member_gets_the_versi
             results[name] = e
     stranger = threading.Thread(target=worker, args=("stranger", "a guess"), daemon=True)
     stranger.start()  # first in: attempt 1, a proof made with another token
-    wait_for(lambda: broadcast.joined(store, 7) == 1, 10, "the stranger joined")
+    wait_for(lambda: rendezvous.joined(store, 7) == 1, 10, "the stranger joined")
     trainer = broadcast_round(store, buckets, 7, expected=1, token="the run's secret")
     member = threading.Thread(target=worker, args=("member", "the run's secret"), daemon=True)
     member.start()
@@ -267,7 +267,7 @@ def test_a_stranger_without_the_run_token_is_refused_and_a_member_gets_the_versi
 
 
 def test_a_routable_rendezvous_needs_the_run_token(monkeypatch):
-    monkeypatch.delenv(broadcast.TOKEN_ENV, raising=False)
+    monkeypatch.delenv(rendezvous.TOKEN_ENV, raising=False)
     config = WeightsConfig(transport="broadcast", uri="/tmp/w", broadcast={"host": "0.0.0.0"})
     with pytest.raises(ValueError, match=r"broadcast.host \(0.0.0.0\) is reachable from other machines: set "
                                          r"UNDERTOW_RUN_TOKEN"):
@@ -275,7 +275,7 @@ def test_a_routable_rendezvous_needs_the_run_token(monkeypatch):
 
 
 def test_a_vanished_trainer_is_a_broadcast_refusal(tmp_path):
-    store = broadcast.host_store("127.0.0.1", 0, 10)
+    store = rendezvous.host_store("127.0.0.1", 0, 10)
     buckets = [b"y" * 64]
     update = announce_buckets("policy", 6, manifest_of(to_buckets({"w": torch.zeros(16)}, 1 << 20)),
                               transport="broadcast", rendezvous=f"127.0.0.1:{store.port}")
@@ -287,7 +287,7 @@ def test_a_vanished_trainer_is_a_broadcast_refusal(tmp_path):
 
 
 def test_a_trainer_whose_store_stopped_listening_is_refused_at_once(tmp_path):
-    store = broadcast.host_store("127.0.0.1", 0, 10)
+    store = rendezvous.host_store("127.0.0.1", 0, 10)
     update = announce_buckets("policy", 6, manifest_of(to_buckets({"w": torch.zeros(16)}, 1 << 20)),
                               transport="broadcast", rendezvous=f"127.0.0.1:{store.port}")
     del store  # the trainer was SIGKILLed after it announced v6
@@ -372,7 +372,7 @@ def test_a_broadcast_version_is_staged_in_memory_only_where_it_fits(tmp_path, mo
 
 def test_a_broadcast_bucket_not_the_announced_one_refuses_the_version_and_leaves_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(staging, "MEMORY_ROOT", str(tmp_path / "none"))  # staged under tmp_path: we can look
-    store = broadcast.host_store("127.0.0.1", 0, 10)
+    store = rendezvous.host_store("127.0.0.1", 0, 10)
     buckets = to_buckets(state_tensors(build_model(ModelSpec(seed=7))), 20_000)
     update = announce_buckets("policy", 4, manifest_of(buckets), transport="broadcast",
                               rendezvous=f"127.0.0.1:{store.port}")

@@ -15,7 +15,7 @@ from undertow.rollout.weight_subscriber import WeightSubscriber
 from undertow.rollout.worker import RolloutWorker
 from undertow.schemas import Experience, MetricEvent, Rejected, Task, WeightUpdate, announce_buckets
 from undertow.streams import RecordProducer, Topics
-from undertow.streams.weights import BroadcastSender, FilesSender, Sending, WeightsConfig, broadcast, publish_weights
+from undertow.streams.weights import BroadcastSender, FilesSender, Sending, WeightsConfig, publish_weights, rendezvous
 from tests.helpers import load_run, read_all, wait_for, write_config
 from tests.rollout.test_generation import trainer_logprobs
 
@@ -143,9 +143,9 @@ def test_broadcast_reaches_the_joined_worker_and_survives_a_dead_one(kafka, name
             # v3: a second worker, late for v2 (so expected now), joins and dies before the group
             # forms; the trainer's thread times out, so does the live worker's receive (refused:
             # broadcast), and the files bring v3.
-            ghost = broadcast.connect(sender.rendezvous, 10)
-            broadcast.attempt(ghost, 2, "")  # a worker with the run's token (none is set here)
-            broadcast.attempt(ghost, 3, "")
+            ghost = rendezvous.connect(sender.rendezvous, 10)
+            rendezvous.attempt(ghost, 2, "")  # a worker with the run's token (none is set here)
+            rendezvous.attempt(ghost, 3, "")
             assert next_version(3, seed=3) == "files"
             assert next_version(4, seed=4) == "broadcast"  # the dead one is not waited for again
         finally:
