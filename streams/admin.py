@@ -68,9 +68,9 @@ class TopicNotFound(RuntimeError):
     """A topic that a component reads does not exist, or (a broker with ACLs hides what a login may
     not describe) is not this login's to see; the message says how to make it or grant it."""
 
-    def __init__(self, topic: str, user: str | None = None):
-        hidden = (f", or the broker hides it from User:{user} (no ACL allows it Describe, Read or Write: "
-                  f"`undertow acls CONFIG --apply`)") if user else ""
+    def __init__(self, topic: str, login: str | None = None):
+        hidden = (f", or the broker hides it from {login} (no ACL allows it Describe, Read or Write: "
+                  f"`undertow acls CONFIG --apply`)") if login else ""
         super().__init__(f"topic {topic} does not exist{hidden}: run `undertow topics create` first")
         self.topic = topic
 
@@ -80,8 +80,15 @@ def topic_partitions(consumer: KafkaConsumer, topic: str) -> list[TopicPartition
     partition 0 instead would wait for ever on a topic nobody writes."""
     parts = consumer.partitions_for_topic(topic)  # asks the cluster when its metadata cache has no such topic
     if not parts:
-        raise TopicNotFound(topic, consumer.config.get("sasl_plain_username"))
+        raise TopicNotFound(topic, login_of(consumer.config))
     return [TopicPartition(topic, p) for p in sorted(parts)]
+
+
+def login_of(config: dict) -> str | None:
+    """Who a kafka-python client logs in as, in words: its SASL user, or the holder of its certificate."""
+    if config.get("sasl_plain_username"):
+        return f"User:{config['sasl_plain_username']}"
+    return f"the principal of {config['ssl_certfile']}" if config.get("ssl_certfile") else None
 
 
 def partition_count(settings: KafkaSettings, topic: str) -> int:

@@ -50,7 +50,8 @@ def connect(client: type[C], settings: KafkaSettings, *args: Any, **kw: Any) -> 
         return _waited_out(settings, lambda: client(*args, **settings.kafka_python(), **kw), for_a_broker,
                            lambda e: f"no broker answered at {settings.bootstrap_servers} in time; waiting for one")
     except KafkaTimeoutError as e:
-        who = f" as SASL user {settings.sasl_username!r}" if settings.sasl else ""
+        who = (f" as SASL user {settings.sasl_username!r}" if settings.sasl else
+               f" with the certificate {settings.ssl_certfile}" if settings.ssl_certfile else "")
         raise KafkaUnreachable(
             f"kafka: no broker at {settings.bootstrap_servers} accepted a {settings.security_protocol} "
             f"connection{who} ({e}; waited {time.monotonic() - since:.0f} s); check bootstrap_servers, "

@@ -35,8 +35,8 @@ class KafkaSettings(BaseModel):
     sasl_password: str | None = Field(None, repr=False, description="SASL password, or ${ENV_VAR} to read it from "
                                                                     "the environment (what a run directory keeps)")
     ssl_cafile: str | None = Field(None, description="CA bundle that signed the brokers' certificates")
-    ssl_certfile: str | None = Field(None, description="client certificate (mutual TLS)")
-    ssl_keyfile: str | None = Field(None, description="client private key (mutual TLS)")
+    ssl_certfile: str | None = Field(None, description="client certificate (mutual TLS), or ${ENV_VAR}")
+    ssl_keyfile: str | None = Field(None, description="client private key (mutual TLS), or ${ENV_VAR}")
     ssl_password: str | None = Field(None, repr=False, description="password of an encrypted ssl_keyfile, or "
                                                                    "${ENV_VAR}")
     ssl_check_hostname: bool = Field(True, description="verify the broker's host name against its certificate")
@@ -45,7 +45,7 @@ class KafkaSettings(BaseModel):
         600.0, ge=0, description="how long a client waits, logging, for a cluster where no broker listens (a "
                                  "broker restarting) before it fails; records produced meanwhile wait as long")
 
-    @field_validator(*SECRETS, "sasl_username")
+    @field_validator(*SECRETS, "sasl_username", "ssl_certfile", "ssl_keyfile")
     @classmethod
     def _from_env(cls, v: str | None) -> str | None:
         """`${NAME}`: the value is the environment variable's (configs and run directories keep the name;
@@ -104,7 +104,9 @@ class KafkaSettings(BaseModel):
         if "SSL" in self.security_protocol:
             # The context Faust gets too: a file that cannot be read fails here, naming its setting,
             # where kafka-python would retry the handshake until its bootstrap timeout.
-            kw.update(ssl_context=self.ssl_context(), ssl_check_hostname=self.ssl_check_hostname)
+            # ssl_certfile is in the context already (kafka-python then ignores it): it says who the client is.
+            kw.update(ssl_context=self.ssl_context(), ssl_check_hostname=self.ssl_check_hostname,
+                      ssl_certfile=self.ssl_certfile)
         return kw
 
     def faust_broker(self) -> list[str]:

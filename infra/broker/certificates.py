@@ -48,3 +48,41 @@ def _keytool(cwd: Path, *args: str) -> None:
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"keytool {args[0]} failed in {cwd}:\n{proc.stdout}{proc.stderr}")
+
+
+# Client certificates (mutual TLS, one principal per component): made with the openssl command, since
+# Python's ssl module loads keys only from PEM files and keytool cannot write one.
+CLIENTS_CA = "clients-ca"
+CLIENTS_DIR = "clients"
+CLIENT_DAYS = 30
+
+
+def make_clients_ca(tls: Path) -> None:
+    """A fresh CA that signs client certificates only (the brokers' own CA key is gone), replacing any
+    earlier one and every certificate it signed: a certificate issued before this call no longer logs in."""
+    shutil.rmtree(tls / CLIENTS_DIR, ignore_errors=True)
+    (tls / CLIENTS_DIR).mkdir(mode=0o700)
+    _openssl(tls, "req", "-x509", *_EC, "-nodes", "-keyout", f"{CLIENTS_CA}.key", "-out", f"{CLIENTS_CA}.pem",
+             "-subj", "/CN=undertow local clients CA", "-days", "3650",
+             "-addext", "basicConstraints=critical,CA:true", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    (tls / f"{CLIENTS_CA}.key").chmod(0o600)
+
+
+def issue_client_certificate(tls: Path, name: str) -> tuple[Path, Path]:
+    """A key and a certificate for the principal `User:<name>` (the certificate's CN), signed by the
+    clients CA and valid CLIENT_DAYS days. Returns (certificate, key), PEM files readable by the owner only."""
+    cert, key = tls / CLIENTS_DIR / f"{name}.pem", tls / CLIENTS_DIR / f"{name}.key"
+    _openssl(tls, "req", "-x509", *_EC, "-nodes", "-keyout", str(key), "-out", str(cert), "-subj", f"/CN={name}",
+             "-days", str(CLIENT_DAYS), "-CA", f"{CLIENTS_CA}.pem", "-CAkey", f"{CLIENTS_CA}.key",
+             "-addext", "keyUsage=critical,digitalSignature", "-addext", "extendedKeyUsage=clientAuth")
+    key.chmod(0o600)
+    return cert, key
+
+
+_EC = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1")
+
+
+def _openssl(cwd: Path, *args: str) -> None:
+    proc = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"openssl {args[0]} failed in {cwd}:\n{proc.stdout}{proc.stderr}")

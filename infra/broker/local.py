@@ -5,8 +5,9 @@ Every node is a combined broker + controller. The cluster's layout (ports, clust
 back with its data, and `status` / `down` work from another process. With `sasl_users` the client
 listener asks for a SASL login (PLAIN for them, SCRAM-SHA-512 for users made through the admin
 API); with `tls` it speaks TLS with a certificate from a CA made for this
-data directory (both: SASL_SSL); with `acls` (and users) it authorizes each request by its ACLs. The
-controller listener stays on loopback PLAINTEXT.
+data directory (both: SASL_SSL); with `client_certificates` it asks every client for a certificate
+its clients CA signed, the principal being the certificate's CN; with `acls` (and users or client
+certificates) it authorizes each request by its ACLs. The controller listener stays on loopback PLAINTEXT.
 """
 
 from __future__ import annotations
@@ -24,21 +25,28 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from undertow.infra.broker import kafka_dist
-from undertow.infra.broker.certificates import KEYSTORE_PASSWORD, make_certificates
+from undertow.infra.broker.certificates import (CLIENTS_CA, CLIENTS_DIR, KEYSTORE_PASSWORD, issue_client_certificate,
+                                                 make_certificates, make_clients_ca)
 from undertow.streams.settings import KafkaSettings
 
 STATE_FILE = "cluster.json"
 TLS_DIR = "tls"
+OPERATOR = "operator"  # with client_certificates: the super user the broker's own settings() log in as
+# A client certificate's subject is CN=<name>: its principal is User:<name>, as a SCRAM login's is.
+PRINCIPAL_FROM_CN = "RULE:^CN=([^,]+)$/$1/,DEFAULT"
 
 
 @dataclass
 class Node:
-    """One KRaft node: a broker listener and a controller listener on loopback."""
+    """One KRaft node: a broker listener and a controller listener on its host (loopback, or an address
+    in a network namespace it runs in: tests/faults/network.py)."""
 
     node_id: int
     port: int
     controller_port: int
     pid: int | None = None
+    host: str = "127.0.0.1"
+    netns: str | None = None
 
 
 @dataclass
@@ -50,6 +58,7 @@ class ClusterState:
     sasl_users: dict[str, str] = field(default_factory=dict)  # user -> password; empty: no login
     tls: bool = False  # the client listener speaks TLS (certificates in <data>/tls)
     acls: bool = False  # the broker authorizes every request by its ACLs; the first SASL user is a super user
+    client_certificates: bool = False  # TLS, and every client shows a certificate of <data>/tls/clients-ca
 
 
 def free_port_block(count: int, start: int = 20000, stop: int = 60000) -> int:
@@ -89,11 +98,16 @@ class LocalKafka:
     With 3 nodes topics get replication factor 3 and min.insync.replicas 2. `sasl_users` (user ->
     password) turns the client listener into SASL_PLAINTEXT with mechanism PLAIN; `tls` turns it into
     SSL (SASL_SSL with users), its certificate signed by a CA kept in `<data_dir>/tls/ca.pem`.
+    `client_certificates` (TLS, no users) admits only clients with a certificate from the clients CA,
+    which each cold start makes anew: what `issue` signed before a stop no longer logs in after it.
+    `hosts` (each node's address and network namespace) runs the nodes on hosts of their own instead
+    of loopback (tests/faults/network.py).
     """
 
     def __init__(self, data_dir: str | Path, port: int = 9092, nodes: int = 1, heap: str = "512m",
                  extra: dict[str, str] | None = None, sasl_users: dict[str, str] | None = None,
-                 tls: bool = False, acls: bool = False):
+                 tls: bool = False, acls: bool = False, client_certificates: bool = False,
+                 hosts: list[tuple[str, str]] | None = None):
         self.data_dir = Path(data_dir).resolve()
         self.heap = heap
         state = self._load()
@@ -101,16 +115,21 @@ class LocalKafka:
             if nodes not in (1, 3):
                 raise ValueError(f"nodes: expected 1 or 3, got {nodes}")
             _check_sasl_users(sasl_users or {})
-            if acls and not sasl_users:
-                raise ValueError("acls: needs sasl_users (without a login every client is the same anonymous user)")
+            if client_certificates and sasl_users:
+                raise ValueError("client_certificates: a client logs in by its certificate or by SASL, not both")
+            if acls and not (sasl_users or client_certificates):
+                raise ValueError("acls: needs sasl_users or client_certificates (without a login every client is the "
+                                 "same anonymous user)")
             state = ClusterState(
                 cluster_id=_cluster_id(),
-                nodes=[Node(i + 1, port + 2 * i, port + 2 * i + 1) for i in range(nodes)],
+                nodes=[Node(i + 1, port + 2 * i, port + 2 * i + 1, **(dict(zip(("host", "netns"), hosts[i])) if hosts else {}))
+                       for i in range(nodes)],
                 kafka_version=kafka_dist.kafka_version(),
                 extra=dict(extra or {}),
                 sasl_users=dict(sasl_users or {}),
-                tls=tls,
+                tls=tls or client_certificates,
                 acls=acls,
+                client_certificates=client_certificates,
             )
         self.state = state
 
@@ -118,7 +137,7 @@ class LocalKafka:
 
     @property
     def bootstrap_servers(self) -> str:
-        return ",".join(f"127.0.0.1:{n.port}" for n in self.state.nodes)
+        return ",".join(f"{n.host}:{n.port}" for n in self.state.nodes)
 
     @property
     def listener(self) -> str:
@@ -131,14 +150,28 @@ class LocalKafka:
         return self.data_dir / TLS_DIR / "ca.pem"
 
     def settings(self) -> KafkaSettings:
-        """Client settings for this cluster; with SASL, logged in as the first user; with TLS, trusting its CA."""
+        """Client settings for this cluster; with SASL, logged in as the first user; with TLS, trusting its CA;
+        with client certificates, as the operator (issued at start)."""
         kw: dict = {"bootstrap_servers": self.bootstrap_servers, "security_protocol": self.listener}
         if self.state.tls:
             kw["ssl_cafile"] = str(self.ca_file)
+        if self.state.client_certificates:
+            cert, key = self._client_files(OPERATOR)
+            kw.update(ssl_certfile=str(cert), ssl_keyfile=str(key))
         if self.state.sasl_users:
             user, password = next(iter(self.state.sasl_users.items()))
             kw.update(sasl_mechanism="PLAIN", sasl_username=user, sasl_password=password)
         return KafkaSettings(**kw)
+
+    def issue(self, name: str) -> tuple[Path, Path]:
+        """(certificate, key) that log in as User:<name> until the next cold start (client_certificates)."""
+        if not self.state.client_certificates:
+            raise ValueError(f"{self.data_dir}: started without client_certificates, it takes no certificate logins")
+        return issue_client_certificate(self.data_dir / TLS_DIR, name)
+
+    def _client_files(self, name: str) -> tuple[Path, Path]:
+        clients = self.data_dir / TLS_DIR / CLIENTS_DIR
+        return clients / f"{name}.pem", clients / f"{name}.key"
 
     @property
     def replication_factor(self) -> int:
@@ -155,6 +188,8 @@ class LocalKafka:
         cp = kafka_dist.classpath()
         if self.state.tls and not self.ca_file.exists():
             make_certificates(self.data_dir / TLS_DIR)
+        if self.state.client_certificates and not self.running_nodes():
+            self._new_clients_ca()
         for node in self.state.nodes:
             if not self._alive(node):
                 self._launch(node, cp)
@@ -232,7 +267,8 @@ class LocalKafka:
         props.write_text(self._properties(node))
         if not (ndir / "log" / "meta.properties").exists():
             self._format(props, cp)
-        cmd = [kafka_dist.java(), f"-Xmx{self.heap}", "-Xms64m", "-XX:+UseSerialGC", "-Djava.awt.headless=true",
+        on_host = ["ip", "netns", "exec", node.netns] if node.netns else []  # exec'd: the pid is java's
+        cmd = [*on_host, kafka_dist.java(), f"-Xmx{self.heap}", "-Xms64m", "-XX:+UseSerialGC", "-Djava.awt.headless=true",
                f"-Dlog4j2.configurationFile={kafka_dist.LOG4J_CONFIG}", f"-Dundertow.log.file={ndir / 'server.log'}",
                "-cp", cp, "kafka.Kafka", str(props)]
         with open(ndir / "stdout.log", "ab") as out:
@@ -256,13 +292,13 @@ class LocalKafka:
 
     def _properties(self, node: Node) -> str:
         n = len(self.state.nodes)
-        voters = ",".join(f"{x.node_id}@127.0.0.1:{x.controller_port}" for x in self.state.nodes)
+        voters = ",".join(f"{x.node_id}@{x.host}:{x.controller_port}" for x in self.state.nodes)
         props = {
             "process.roles": "broker,controller",
             "node.id": node.node_id,
             "controller.quorum.voters": voters,
-            "listeners": f"{self.listener}://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-            "advertised.listeners": f"{self.listener}://127.0.0.1:{node.port}",
+            "listeners": f"{self.listener}://{node.host}:{node.port},CONTROLLER://{node.host}:{node.controller_port}",
+            "advertised.listeners": f"{self.listener}://{node.host}:{node.port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": self.listener,
             "listener.security.protocol.map": f"{self.listener}:{self.listener},CONTROLLER:PLAINTEXT",
@@ -313,21 +349,22 @@ class LocalKafka:
 
     def _acl_properties(self) -> dict[str, str]:
         """KRaft's authorizer, denying what no ACL allows. Super users: the first SASL user (brokers
-        replicate as it; it creates topics and ACLs) and ANONYMOUS, which is how nodes reach the
+        replicate as it; it creates topics and ACLs), or with certificates the operator and the brokers
+        (their certificate's CN, localhost: certificates.py); and ANONYMOUS, which is how nodes reach the
         controller listener (PLAINTEXT, on loopback only)."""
         if not self.state.acls:
             return {}
-        first = next(iter(self.state.sasl_users))
+        supers = [OPERATOR, "localhost"] if self.state.client_certificates else [next(iter(self.state.sasl_users))]
         return {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
                 "allow.everyone.if.no.acl.found": "false",
-                "super.users": f"User:{first};User:ANONYMOUS"}
+                "super.users": ";".join(f"User:{u}" for u in [*supers, "ANONYMOUS"])}
 
     def _tls_properties(self) -> dict[str, str]:
         """The broker's key and certificate; the CA is trusted too, since brokers replicate over TLS."""
         if not self.state.tls:
             return {}
         tls = self.data_dir / TLS_DIR
-        return {
+        props = {
             "ssl.keystore.type": "PKCS12",
             "ssl.keystore.location": str(tls / "broker.p12"),
             "ssl.keystore.password": KEYSTORE_PASSWORD,
@@ -335,6 +372,18 @@ class LocalKafka:
             "ssl.truststore.type": "PEM",
             "ssl.truststore.location": str(self.ca_file),
         }
+        if self.state.client_certificates:
+            props.update({"ssl.truststore.location": str(tls / "truststore.pem"), "ssl.client.auth": "required",
+                          "ssl.principal.mapping.rules": PRINCIPAL_FROM_CN})
+        return props
+
+    def _new_clients_ca(self) -> None:
+        """A fresh clients CA (the rotation of every certificate login), the brokers' truststore (their own
+        CA, which also lets them replicate to each other, and it) and the operator's certificate."""
+        tls = self.data_dir / TLS_DIR
+        make_clients_ca(tls)
+        (tls / "truststore.pem").write_text(self.ca_file.read_text() + (tls / f"{CLIENTS_CA}.pem").read_text())
+        self.issue(OPERATOR)
 
     def _signal(self, node: Node, sig: int) -> None:
         if self._alive(node):
@@ -358,7 +407,7 @@ class LocalKafka:
         return ClusterState(cluster_id=raw["cluster_id"], nodes=[Node(**n) for n in raw["nodes"]],
                             kafka_version=raw["kafka_version"], extra=raw.get("extra", {}),
                             sasl_users=raw.get("sasl_users", {}), tls=raw.get("tls", False),
-                            acls=raw.get("acls", False))
+                            acls=raw.get("acls", False), client_certificates=raw.get("client_certificates", False))
 
     def _save(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -23,11 +23,11 @@ def process(config: Path = typer.Argument(..., exists=True, dir_okay=False, help
         cfg = run.processors
         if idle_exit is not None:
             cfg = cfg.model_copy(update={"idle_exit_s": idle_exit})
-    if workers == 1:
-        from undertow.processors.runner import run_worker
+        if workers == 1:  # a topic missing or not this login's to read ends it in one line, as it ends the others
+            from undertow.processors.runner import run_worker
 
-        run_worker(cfg, context, worker_name)
-        return
+            run_worker(cfg, context, worker_name)
+            return
     raise typer.Exit(run_children(config, workers, idle_exit))
 
 

@@ -26,19 +26,22 @@ and every one writes metrics and experiences.rejected (its dead letters).
 from __future__ import annotations
 
 import secrets
-from typing import Any, Iterator
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 from undertow.infra.run.config import RunConfig, load_run_config, stage_config
 from undertow.processors.config import processors_group
 from undertow.rollout.config import rollout_group
-from undertow.streams.access import Acl, Needs, Quota, acls, apply, needs, set_logins, set_quotas
+from undertow.streams.access import SCRAM, Acl, Needs, Quota, acls, apply, needs, set_logins, set_quotas
 from undertow.streams.settings import KafkaSettings
 from undertow.streams.topics import Topics
 from undertow.watchers.config import watcher_specs
 
 
-# What `undertow run` gives each component it starts (its stage config names them as ${...}).
+# What `undertow run` gives each component it starts (its stage config names them as ${...}): a SCRAM
+# login, or the files of a client certificate (access.login).
 LOGIN_USERNAME_ENV, LOGIN_PASSWORD_ENV = "UNDERTOW_LOGIN_USERNAME", "UNDERTOW_LOGIN_PASSWORD"
+LOGIN_CERTFILE_ENV, LOGIN_KEYFILE_ENV = "UNDERTOW_LOGIN_CERTFILE", "UNDERTOW_LOGIN_KEYFILE"
 
 
 def user(namespace: str, component: str) -> str:
@@ -114,14 +117,16 @@ def run_acls(path: str) -> dict[str, list[Acl]]:
 
 
 def strimzi_users(path: str, cluster: str, k8s_namespace: str) -> Iterator[dict]:
-    """One Strimzi KafkaUser per principal (SCRAM-SHA-512, `simple` authorization) carrying its ACLs
-    and its `access.quotas`."""
-    quotas = run_quotas(load_run_config(path)[0])
+    """One Strimzi KafkaUser per principal (SCRAM-SHA-512, or with `access.login: certificate` a client
+    certificate the User Operator issues; `simple` authorization) carrying its ACLs and `access.quotas`."""
+    config = load_run_config(path)[0]
+    quotas = run_quotas(config)
+    authentication = {"type": "tls" if config.access.login == "certificate" else "scram-sha-512"}
     for name, rules in run_acls(path).items():
         operations: dict[tuple[str, str, str], list[str]] = {}
         for r in rules:
             operations.setdefault((r.resource, r.name, r.pattern), []).append(r.operation)
-        spec = {"authentication": {"type": "scram-sha-512"},
+        spec = {"authentication": authentication,
                 "authorization": {"type": "simple", "acls": [
                     {"resource": {"type": kind, "name": resource,
                                   "patternType": "literal" if pattern == "literal" else "prefix"},
@@ -142,12 +147,31 @@ def run_quotas(config: RunConfig) -> dict[str, Quota]:
     return {user(config.namespace, c): q for c, q in config.access.quotas.items()}
 
 
-def grant(operator: KafkaSettings, config: RunConfig, raw: dict[str, Any]) -> dict[str, tuple[str, str]]:
-    """As the operator (a super user): every component's ACLs, a SCRAM login with a fresh password
-    (an earlier one stops working: each start rotates them) and its quotas. component → (user, password)."""
+def grant(operator: KafkaSettings, config: RunConfig, raw: dict[str, Any],
+          issue: Callable[[str], tuple[Path, Path]] | None = None) -> dict[str, dict[str, str]]:
+    """As the operator (a super user): every component's ACLs, its quotas and a login made for this
+    start: a SCRAM user with a fresh password (the earlier one stops working), or with `issue` (user →
+    certificate and key files) a client certificate. component → the environment that logs it in."""
     namespace, wanted = config_needs(config, raw)
     apply(operator, [r for c, n in wanted.items() for r in acls(principal(namespace, c), n)])
-    logins = {c: (user(namespace, c), secrets.token_urlsafe(24)) for c in sorted(wanted) if c != "operator"}
-    set_logins(operator, dict(logins.values()))
+    components = [c for c in sorted(wanted) if c != "operator"]
+    if issue:
+        logins = {c: dict(zip((LOGIN_CERTFILE_ENV, LOGIN_KEYFILE_ENV), map(str, issue(user(namespace, c)))))
+                  for c in components}
+    else:
+        logins = {c: {LOGIN_USERNAME_ENV: user(namespace, c), LOGIN_PASSWORD_ENV: secrets.token_urlsafe(24)}
+                  for c in components}
+        set_logins(operator, {env[LOGIN_USERNAME_ENV]: env[LOGIN_PASSWORD_ENV] for env in logins.values()})
     set_quotas(operator, run_quotas(config))
     return logins
+
+
+def login_references(operator: KafkaSettings, certificates: bool) -> dict[str, str]:
+    """The `kafka:` settings every stage config carries under a login per component: the cluster's
+    protocol and CA as the operator reaches it, and the login as references to what `grant` gives."""
+    refs = {"security_protocol": operator.security_protocol,
+            **({"ssl_cafile": operator.ssl_cafile} if operator.ssl_cafile else {})}
+    if certificates:
+        return {**refs, "ssl_certfile": f"${{{LOGIN_CERTFILE_ENV}}}", "ssl_keyfile": f"${{{LOGIN_KEYFILE_ENV}}}"}
+    return {**refs, "sasl_mechanism": SCRAM, "sasl_username": f"${{{LOGIN_USERNAME_ENV}}}",
+            "sasl_password": f"${{{LOGIN_PASSWORD_ENV}}}"}

@@ -7,7 +7,7 @@ import copy
 import os
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -138,9 +138,18 @@ class AccessConfig(BaseModel):
         "a fresh password at every start and only the ACLs `undertow acls` prints; the config's own login is the "
         "operator's (a super user) and no component sees it. No cluster configured: the run's own broker is "
         "started with an authorizer"))
+    login: Literal["scram", "certificate"] = Field("scram", description=(
+        "how each component proves who it is under per_component: a SCRAM-SHA-512 password, or a client "
+        "certificate (mutual TLS) whose CN is its user, signed by a CA the run's own broker makes at every start "
+        "(a certificate from an earlier start no longer logs in)"))
     quotas: dict[str, Quota] = Field(default_factory=dict, description=(
         "byte-rate quotas by component ({rollout: {produce_bytes_per_s: 1.0e+6}}), set with the ACLs (`undertow "
         "acls --apply`, and `undertow run` with per_component)"))
+
+    @property
+    def certificates(self) -> bool:
+        """Each component logs in with a client certificate the run issues."""
+        return self.per_component and self.login == "certificate"
 
     @field_validator("quotas")
     @classmethod

@@ -204,10 +204,17 @@ def baselines_are_generated(cfg: "RunConfig") -> Iterator[str]:
 
 
 @whole_run_rule
-def own_logins_need_sasl(cfg: "RunConfig") -> Iterator[str]:
-    """Each component's SCRAM login needs a SASL listener; the run's own broker gets one."""
-    kafka = cfg.kafka
-    if cfg.access.per_component and kafka.bootstrap_servers and not kafka.sasl:
+def own_logins_fit_the_cluster(cfg: "RunConfig") -> Iterator[str]:
+    """A SCRAM login per component needs a SASL listener; a certificate per component, the run's own
+    broker (its CA signs them). The run's own broker gets either."""
+    kafka, access = cfg.kafka, cfg.access
+    if not (access.per_component and kafka.bootstrap_servers):
+        return
+    if access.certificates:
+        yield (f"access.login certificate needs the run's own broker, whose CA signs each component's certificate: "
+               f"remove kafka.bootstrap_servers ({kafka.bootstrap_servers}); on Kubernetes, Strimzi's User Operator "
+               f"issues them (`undertow acls --strimzi`)")
+    elif not kafka.sasl:
         yield (f"access.per_component needs kafka.security_protocol SASL_PLAINTEXT or SASL_SSL (it is "
                f"{kafka.security_protocol}): each component logs in with a SCRAM-SHA-512 password, and the "
                f"config's login, the operator's, must be a super user of the cluster")

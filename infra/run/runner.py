@@ -25,7 +25,7 @@ from typing import Any, Callable
 from undertow.infra.broker.local import LocalKafka, free_port_block
 from undertow.infra.report.metrics_log import MetricsRecorder, RunEvents, last_recorded
 from undertow.infra.run.restarts import Crash, RestartBudget
-from undertow.infra.run.access import LOGIN_PASSWORD_ENV, LOGIN_USERNAME_ENV, component_of, grant
+from undertow.infra.run.access import component_of, grant, login_references
 from undertow.infra.run.secrets import referenced
 from undertow.infra.run.rollout_env import engine_command
 from undertow.infra.run.drain import Drain
@@ -35,7 +35,6 @@ from undertow.processors.config import processors_group
 from undertow.rollout.config import rollout_group
 from undertow.kernel.config_io import ConfigError
 from undertow.streams import KafkaSettings, Topics, create_topics, grow_topics
-from undertow.streams.access import SCRAM
 from undertow.streams.settings import BOOTSTRAP_ENV, SECRETS, env_reference
 from undertow.streams.weights.broadcast import TOKEN_ENV
 
@@ -129,7 +128,7 @@ class Run:
         os.environ.update(secrets)
         # With a login per component, none of them gets the operator's (infra/run/access.py).
         self.operator_secrets = {*secrets, *filter(None, (env_reference((raw.get("kafka") or {}).get(f)) for f in SECRETS))}
-        self.logins: dict[str, tuple[str, str]] = {}  # component -> (user, password) with access.per_component
+        self.logins: dict[str, dict[str, str]] = {}  # component -> the environment of its login (access.per_component)
         # The broadcast rendezvous admits only peers that hold this (streams/weights/broadcast.py): the
         # caller's, else a fresh one per `undertow run`, given to the components it starts and never
         # written down (a resume restarts every component anyway).
@@ -147,7 +146,8 @@ class Run:
         """Run the remaining stages; stops at the first that does not finish."""
         self.kafka = self._cluster()
         if self.config.access.per_component:  # fresh passwords at every start: a resume rotates them
-            self.logins = grant(self.kafka, self.config, self.raw)
+            self.logins = grant(self.kafka, self.config, self.raw,
+                                issue=self.broker.issue if self.config.access.certificates else None)
         outcomes = []
         try:
             for index in range(self.state.stage, len(self.stages())):
@@ -265,10 +265,7 @@ class Run:
         mapping.pop("run", None)
         mapping["kafka"] = {**(mapping.get("kafka") or {}), "bootstrap_servers": self.kafka.bootstrap_servers}
         if self.logins:  # each component reads its own login from its environment (`_login`)
-            mapping["kafka"].update(security_protocol=self.kafka.security_protocol, sasl_mechanism=SCRAM,
-                                    sasl_username=f"${{{LOGIN_USERNAME_ENV}}}", sasl_password=f"${{{LOGIN_PASSWORD_ENV}}}")
-            if self.kafka.ssl_cafile:
-                mapping["kafka"]["ssl_cafile"] = self.kafka.ssl_cafile
+            mapping["kafka"].update(login_references(self.kafka, self.config.access.certificates))
         mapping.setdefault("trainer", {})["checkpoint_dir"] = str(self.run_dir / "checkpoints")
         # A run's own broker restarts offsets at 0: its archive must not resume from another run's files.
         mapping["archive"] = {"root": str(self.run_dir / "archive"), **(mapping.get("archive") or {})}
@@ -283,28 +280,30 @@ class Run:
 
     def _login(self, child: str) -> dict[str, str]:
         """The environment that logs `child` in as its component (none without access.per_component)."""
-        if not self.logins:
-            return {}
-        user, password = self.logins[component_of(child)]
-        return {LOGIN_USERNAME_ENV: user, LOGIN_PASSWORD_ENV: password}
+        return self.logins[component_of(child)] if self.logins else {}
 
     def _cluster(self) -> KafkaSettings:
         """The configured cluster, else a local broker whose data lives in the run directory (with
         access.per_component, one that authorizes by ACLs, the run logged in as its super user)."""
         settings = self.config.kafka.with_env()
-        per_component = self.config.access.per_component
+        access = self.config.access
         if settings.bootstrap_servers:
-            if per_component and not settings.sasl:
+            if access.certificates:
+                raise ConfigError(f"access.login: certificate: the run issues certificates from its own broker's CA, "
+                                  f"and the cluster at {settings.bootstrap_servers} (from ${BOOTSTRAP_ENV} or kafka:) "
+                                  f"is not its own (unset {BOOTSTRAP_ENV} and kafka.bootstrap_servers; on Kubernetes, "
+                                  f"Strimzi's User Operator issues them: `undertow acls --strimzi`)")
+            if access.per_component and not settings.sasl:
                 raise ConfigError(f"access.per_component: the cluster at {settings.bootstrap_servers} (from "
                                   f"${BOOTSTRAP_ENV} or kafka:) is reached with {settings.security_protocol}; each "
                                   f"component logs in with a password over SASL (or unset {BOOTSTRAP_ENV}: a broker "
                                   f"of the run's own is started)")
             return settings
-        operator = {"operator": token_urlsafe(24)} if per_component else None
+        operator = {"operator": token_urlsafe(24)} if access.per_component and not access.certificates else None
         self.broker = LocalKafka(self.run_dir / "broker", port=free_port_block(2), sasl_users=operator,
-                                 acls=per_component)
+                                 acls=access.per_component, client_certificates=access.certificates)
         self.broker.start()
-        if per_component:
+        if access.per_component:
             return self.broker.settings().model_copy(update={"client_id": settings.client_id})
         return settings.model_copy(update={"bootstrap_servers": self.broker.bootstrap_servers})
 

@@ -134,6 +134,13 @@ def test_quotas_go_to_their_components_user_and_into_its_kafka_user(tmp_path):
     assert out.exit_code != 0 and "'rollouts' is not a component" in " ".join(out.output.split())
 
 
+def test_certificate_logins_make_kafka_users_the_user_operator_issues_certificates_for(tmp_path):
+    path = write_config(tmp_path / "run.yaml", "lab", access={"per_component": True, "login": "certificate"})
+    users = list(strimzi_users(str(path), "undertow", "undertow"))
+    assert users and all(u["spec"]["authentication"] == {"type": "tls"} for u in users)  # the CRD's client-certificate type
+    assert {f"User:{u['metadata']['name']}" for u in users} == set(run_acls(str(path)))
+
+
 def test_each_child_undertow_run_starts_logs_in_as_its_component():
     from undertow.infra.run.access import component_of, stage_needs
     from undertow.infra.run.config import PRINCIPALS, RunConfig

@@ -82,7 +82,7 @@ CASES = {
          "rollout.greedy_baseline (false)"],
         {"processors": {"pipeline": ["clean", {"name": "reshape", "advantage": "remax"}]},
          "rollout": {"greedy_baseline": True}}),
-    "own_logins_need_sasl": (
+    "own_logins_fit_the_cluster": (
         {"kafka": {"bootstrap_servers": "127.0.0.1:9"}, "access": {"per_component": True}},
         ["access.per_component needs kafka.security_protocol SASL_PLAINTEXT or SASL_SSL (it is PLAINTEXT)"],
         {"kafka": {"bootstrap_servers": "127.0.0.1:9", "security_protocol": "SASL_PLAINTEXT", "sasl_username": "op",
@@ -116,6 +116,15 @@ def test_a_config_that_breaks_the_rule_fails_naming_the_fields(tmp_path, rule):
     assert code == 0 and output.startswith("ok "), output
 
 
+def test_a_certificate_per_component_needs_the_runs_own_broker(tmp_path):
+    """Its CA signs them: a cluster of the user's (even over SASL) cannot take them from the run."""
+    cluster = {"bootstrap_servers": "127.0.0.1:9", "security_protocol": "SASL_PLAINTEXT", "sasl_username": "op",
+               "sasl_password": "op-secret"}
+    code, output = check(tmp_path, {"kafka": cluster, "access": {"per_component": True, "login": "certificate"}})
+    assert code == 2 and "access.login certificate needs the run's own broker" in output, output
+    assert check(tmp_path, {"access": {"per_component": True, "login": "certificate"}})[0] == 0
+
+
 def test_a_stage_that_breaks_a_rule_fails_naming_the_stage(tmp_path):
     """The rules hold for every stage's merged config: a DPO stage in a run would starve."""
     stages = [{"name": "warmup", "steps": 2, "trainer": {"algorithm": {"objective": "sft"}}},
@@ -135,7 +144,7 @@ def test_a_component_command_keeps_every_rule_but_the_whole_runs(tmp_path):
 
     assert WHOLE_RUN == {"objective_trains_on_what_the_processors_write", "held_out_tasks_are_held_out",
                          "pass_rates_have_a_reporter",  # a feeder alone may read another pipeline's reports
-                         "own_logins_need_sasl"}  # logins are made by `undertow run`; a component uses the one it has
+                         "own_logins_fit_the_cluster"}  # logins are made by `undertow run`; a component uses the one it has
     dpo = write_config(tmp_path / "dpo.yaml", "lab", trainer={"algorithm": {"objective": "dpo"}})
     assert load_component_config(dpo).trainer.algorithm.objective == "dpo"
     assert check(tmp_path, {"trainer": {"algorithm": {"objective": "dpo"}}})[0] == 2

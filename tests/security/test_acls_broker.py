@@ -124,6 +124,18 @@ def test_a_rollout_login_cannot_commit_the_trainers_group_or_read_another_namesp
         other.close()
 
 
+def test_a_processor_refused_its_source_says_so_in_one_line(broker, lab, tmp_path):
+    """`undertow process` on another namespace with lab's processors login: the broker hides other's raw
+    topic, and the command ends with the login and the way out, not a traceback."""
+    login_of_lab = login(broker, "lab-processors").model_dump(exclude_none=True)
+    path = write_config(tmp_path / "other.yaml", "other", kafka=login_of_lab)
+    out = CliRunner().invoke(app, ["process", str(path)], env={"UNDERTOW_BOOTSTRAP": None})
+    assert out.exit_code == 2, (out.output, out.exception)  # a traceback's exit is 1
+    said = " ".join(out.output.split())
+    assert said.startswith("error: topic other.experiences.raw does not exist, or the broker hides it from "
+                           "User:lab-processors"), said
+
+
 def test_applying_acls_without_the_right_to_fails_naming_the_refusal(broker, lab):
     rule = Acl("User:lab-rollout", "topic", "literal", Topics("lab").ready, "Write")
     with pytest.raises(AclsRefused, match="refused 1 of 1"):

@@ -140,8 +140,10 @@ def test_a_config_without_a_kafka_section_uses_the_local_brokers_tls(broker, mon
     assert spelled_out.ssl_cafile == "/elsewhere/ca.pem"  # what the config says wins
 
 
-def test_a_broker_that_requires_client_certificates_admits_every_client_that_holds_one(tmp_path, caplog):
-    """Mutual TLS: admin, producer, a Faust worker and the trainer's feed all present the `kafka:` key."""
+def test_a_broker_that_requires_client_certificates_admits_a_client_with_an_encrypted_key_of_their_ca(tmp_path, caplog):
+    """Mutual TLS with the user's own client CA and a key under a password: the admin client and the
+    producer present the `kafka:` key. (Every component presents one in test_run_logins.py's run with a
+    certificate per component; they all get this one TLS context, whose key loading test_client_settings.py checks.)"""
     trusted = tmp_path / "trusted.pem"  # brokers still trust each other, and now the clients' CA too
     local = LocalKafka(tmp_path / "kafka", port=free_port_block(2), tls=True,
                        extra={"ssl.client.auth": "required", "ssl.truststore.location": str(trusted)})
@@ -158,8 +160,10 @@ def test_a_broker_that_requires_client_certificates_admits_every_client_that_hol
         assert "BAD_CERTIFICATE" in caplog.text  # refused for the missing certificate
         ns = f"mtls-{uuid.uuid4().hex[:8]}"
         assert len(create_topics(settings, ns)) == len(CATALOG)
-        batch, _ = through_worker_to_feed(ns, settings, settings, tmp_path)
-        assert sorted(i.record.experience_id for i in batch) == ["g0/0", "g0/1"]
+        tasks = Topics(ns).tasks
+        with RecordProducer(settings) as p:
+            p.send(tasks, Task(task_id="m0", prompt="1+1"), partition=0)
+        assert read(settings, tasks, f"{ns}-readers", 1) == ["m0"]
     finally:
         local.stop()
 
