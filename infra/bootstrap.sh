@@ -42,9 +42,13 @@ fi
 "$venv/bin/python" -c "from undertow.infra.broker import kafka_dist; kafka_dist.classpath()"
 # The report page's test opens it in a real headless browser: Debian's chromium, driven by
 # playwright (which must not download a browser of its own). Skipped where apt-get is not ours.
-if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
-  echo "installing chromium (for the report page's browser test)" >&2
-  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null
+# The network-fault tests (tests/faults/test_network.py) cut hosts apart with nftables rules.
+missing=""
+[ -x /usr/bin/chromium ] || missing="$missing chromium"
+command -v nft >/dev/null || missing="$missing nftables"
+if [ -n "$missing" ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  echo "installing$missing (the report page's browser test, the network-fault tests)" >&2
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing; } >/dev/null
 fi
 # The deployment files' validators (kubeconform, schemas): tests/infra/test_deploy.py.
 bash "$root/infra/bootstrap_deploy_check.sh"

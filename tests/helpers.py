@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -13,8 +14,8 @@ import yaml
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
-from undertow.schemas import Experience, Record, decode
-from undertow.streams import KafkaSettings, RecordProducer, RunContext
+from undertow.schemas import Experience, Record, Task, decode
+from undertow.streams import KafkaSettings, RecordConsumer, RecordProducer, RunContext
 from undertow.streams.admin import admin_client
 from undertow.streams.connect import connect
 from undertow.streams.consumer import read_messages, read_to_end
@@ -178,3 +179,61 @@ def start_cli(*args: str, **extra_env: str) -> subprocess.Popen:
     """Start `undertow …`; its output (stdout and stderr together) is the Popen's stdout."""
     return subprocess.Popen([sys.executable, "-m", "undertow.infra.cli", *args], env=env(**extra_env), cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+class Sending:
+    """Tasks sent to `topic` one at a time on a thread, each waited for, with the product's producer
+    (acks=all, idempotent): what the brokers acknowledged and what failed, while a test breaks things.
+
+        with Sending(kafka, topic) as sends:
+            sends.more(100, "before the fault")
+            ...                                   # the fault
+            sends.more(100, "during the fault")   # one stuck send stops them all: progress means recovery
+        sends.check_read_back(kafka)              # every acknowledged task once, nothing never sent
+    """
+
+    def __init__(self, kafka: KafkaSettings, topic: str):
+        self.kafka, self.topic = kafka, topic
+        self.acked: list[str] = []
+        self.failed: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._send, daemon=True)
+
+    def _send(self) -> None:
+        with RecordProducer(self.kafka, request_timeout_ms=10000) as p:
+            i = 0
+            while not self._stop.is_set():
+                tid = f"t{i}"
+                try:
+                    p.send(self.topic, Task(task_id=tid, prompt="2+2"), key=tid).get(timeout=120)
+                    self.acked.append(tid)
+                except Exception:  # noqa: BLE001 — an unacknowledged send may be lost; that is allowed
+                    self.failed.append(tid)
+                i += 1
+
+    def more(self, n: int, what: str, timeout: float = 180) -> None:
+        want = len(self.acked) + n
+        wait_for(lambda: len(self.acked) >= want, timeout, f"{n} more acknowledged sends {what}", every=0.05,
+                 state=lambda: f"{len(self.acked)} acknowledged, {len(self.failed)} failed")
+
+    def __enter__(self) -> "Sending":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(150)
+
+    def check_read_back(self, kafka: KafkaSettings) -> None:
+        """Every acknowledged task is on the topic, once; nothing is there that was never sent."""
+        delivered: list[str] = []
+        acked = set(self.acked)
+        with RecordConsumer(kafka, [self.topic], group_id=None, expect=Task, rejected_topic="unused") as c:
+            wait_for(lambda: delivered.extend(d.record.task_id for d in c.poll(timeout_ms=500)) or acked <= set(delivered),
+                     120, "every acknowledged send read back", every=0,
+                     state=lambda: f"{len(acked - set(delivered))} of {len(acked)} acknowledged not read yet")
+            delivered += [d.record.task_id for d in c.poll(timeout_ms=2000)]
+        seen = set(delivered)
+        assert acked <= seen, f"lost {len(acked - seen)} acknowledged records"
+        assert len(delivered) == len(seen), "the idempotent producer wrote a record twice"
+        assert seen <= acked | set(self.failed), "a record on the topic that was never sent"

@@ -1,0 +1,109 @@
+"""Hosts in network namespaces (tests/faults/network.py), and what the Kafka clients do across them
+when the network fails (issue 48): first, a broker cut off from the other two while clients still
+reach it, with the books checked after."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from undertow.infra.broker.local import LocalKafka
+from undertow.streams import KafkaSettings, Topics, create_topics
+from tests.faults.network import Hosts, sweep, unavailable
+from tests.helpers import Sending, wait_for
+
+WHY_NOT = unavailable()
+pytestmark = [pytest.mark.broker, pytest.mark.slow, pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))]
+
+# What a host answers on, and whether another reaches it: a TCP connect with a short timeout.
+LISTEN = "import socket,sys; s=socket.create_server((sys.argv[1], 7000)); print('up', flush=True)\n" \
+         "while True: s.accept()[0].close()"
+CONNECT = "import socket,sys; socket.create_connection((sys.argv[1], 7000), timeout=1.5).close()"
+
+
+def reaches(net: Hosts, source: str, target: str) -> bool:
+    return net.run(source, [sys.executable, "-c", CONNECT, net.address(target)], capture_output=True).returncode == 0
+
+
+def test_hosts_reach_each_other_until_cut_and_leave_nothing_behind():
+    with Hosts(["a", "b", "c"]) as net:
+        listener = net.popen("a", [sys.executable, "-c", LISTEN, net.address("a")], stdout=subprocess.PIPE, text=True)
+        assert listener.stdout.readline().strip() == "up"
+        assert reaches(net, "b", "a") and reaches(net, "c", "a")
+        net.cut("a", ["b"])
+        assert not reaches(net, "b", "a") and reaches(net, "c", "a")  # only the pair named
+        net.heal("a")
+        assert reaches(net, "b", "a")
+        net.cut("a", ["c"], inbound=False)  # c's packets arrive; a's answers never leave: c times out all the same
+        assert not reaches(net, "c", "a") and reaches(net, "b", "a")
+        net.heal("a")
+        net.link("a", up=False)
+        assert not reaches(net, "b", "a")
+        net.link("a", up=True)
+        assert wait_for(lambda: reaches(net, "b", "a"), 30, "a back once its link is up")
+    assert net.leftovers() == [] and listener.wait(10) is not None  # its process went with its host
+
+
+def test_a_killed_creator_leaves_its_hosts_to_the_next_one():
+    code = ("import sys, time; sys.path.insert(0, '.'); from tests.faults.network import Hosts\n"
+            "net = Hosts(['x', 'y']).__enter__(); print(net.tag, flush=True); time.sleep(600)")
+    creator = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    tag = creator.stdout.readline().strip()
+    creator.kill()
+    creator.wait(10)
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"{tag}-switch" in listed  # left behind by the SIGKILL
+    assert {f"{tag}-switch", f"{tag}-0", f"{tag}-1", tag} <= set(sweep())
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout + \
+        subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    assert tag not in listed
+
+
+@pytest.mark.timeout(600)
+def test_a_broker_cut_off_from_the_other_two_loses_nothing_acknowledged(tmp_path):
+    """Broker 1 cannot see brokers 2 and 3 while the producer (the creating process) still reaches all
+    three. The producer sends one record at a time, so 100 more acknowledged during the cut means the
+    leaders moved off broker 1; every acknowledged record is then read back, once."""
+    with Hosts(["kafka-1", "kafka-2", "kafka-3"]) as net:
+        cluster = LocalKafka(tmp_path / "kafka", port=19092, nodes=3, heap="384m",
+                             hosts=[(net.address(h), net.namespace(h)) for h in net.hosts],
+                             extra={"replica.lag.time.max.ms": "10000"})  # the ISR drops broker 1 sooner
+        try:
+            cluster.start()
+            kafka = KafkaSettings(bootstrap_servers=cluster.bootstrap_servers)
+            topics = Topics("netcut")
+            create_topics(kafka, "netcut", partitions={"tasks": 3})
+            with Sending(kafka, topics.tasks) as sends:
+                sends.more(100, "before the cut")
+                net.cut("kafka-1", ["kafka-2", "kafka-3"])
+                # Seen from broker 2's host, which no longer reaches broker 1: the cluster moved on without it.
+                seen = lambda: partitions(net, "kafka-2", cluster, topics.tasks)
+                wait_for(lambda: (now := seen()) and all(leader != 1 and 1 not in isr for leader, isr in now), 120,
+                         "every partition led and replicated without broker 1", state=seen)
+                sends.more(100, "with broker 1 cut off from brokers 2 and 3")
+                net.heal("kafka-1")
+                sends.more(100, "after the heal")
+
+            sends.check_read_back(kafka)
+        finally:
+            cluster.stop()
+    assert net.leftovers() == []
+
+
+DESCRIBE = ("import json, sys; from kafka import KafkaAdminClient\n"
+            "admin = KafkaAdminClient(bootstrap_servers=sys.argv[1], request_timeout_ms=10000)\n"
+            "print(json.dumps([[p['leader_id'], p['isr_nodes']] for p in admin.describe_topics([sys.argv[2]])[0]['partitions']]))")
+
+
+def partitions(net: Hosts, host: str, cluster: LocalKafka, topic: str) -> list[tuple[int, list[int]]]:
+    """[(leader, in-sync replicas)] of each partition of `topic`, as `host`'s broker tells it to a client on `host`."""
+    node = cluster.state.nodes[net.hosts.index(host)]
+    out = net.run(host, [sys.executable, "-c", DESCRIBE, f"{node.host}:{node.port}", topic], capture_output=True,
+                  text=True, timeout=60)
+    if out.returncode != 0:
+        print(f"describe from {host} failed: {out.stderr[-500:]}")
+        return []
+    return [tuple(p) for p in json.loads(out.stdout)]
