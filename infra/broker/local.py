@@ -7,7 +7,8 @@ listener asks for a SASL login (PLAIN for them, SCRAM-SHA-512 for users made thr
 API); with `tls` it speaks TLS with a certificate from a CA made for this
 data directory (both: SASL_SSL); with `client_certificates` it asks every client for a certificate
 its clients CA signed, the principal being the certificate's CN; with `acls` (and users or client
-certificates) it authorizes each request by its ACLs. The controller listener stays on loopback PLAINTEXT.
+certificates) it authorizes each request by its ACLs. The controller listener stays PLAINTEXT, on the
+node's host (loopback unless `hosts` places it elsewhere).
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class LocalKafka:
     def __init__(self, data_dir: str | Path, port: int = 9092, nodes: int = 1, heap: str = "512m",
                  extra: dict[str, str] | None = None, sasl_users: dict[str, str] | None = None,
                  tls: bool = False, acls: bool = False, client_certificates: bool = False,
-                 hosts: list[tuple[str, str]] | None = None):
+                 hosts: list[tuple[str, str | None]] | None = None):
         self.data_dir = Path(data_dir).resolve()
         self.heap = heap
         state = self._load()
@@ -120,10 +121,13 @@ class LocalKafka:
             if acls and not (sasl_users or client_certificates):
                 raise ValueError("acls: needs sasl_users or client_certificates (without a login every client is the "
                                  "same anonymous user)")
+            places = hosts or [("127.0.0.1", None)] * nodes
+            if len(places) != nodes:
+                raise ValueError(f"hosts: expected one (address, netns) per node ({nodes}), got {len(places)}")
             state = ClusterState(
                 cluster_id=_cluster_id(),
-                nodes=[Node(i + 1, port + 2 * i, port + 2 * i + 1, **(dict(zip(("host", "netns"), hosts[i])) if hosts else {}))
-                       for i in range(nodes)],
+                nodes=[Node(i + 1, port + 2 * i, port + 2 * i + 1, host=address, netns=netns)
+                       for i, (address, netns) in enumerate(places)],
                 kafka_version=kafka_dist.kafka_version(),
                 extra=dict(extra or {}),
                 sasl_users=dict(sasl_users or {}),

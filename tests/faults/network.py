@@ -2,9 +2,9 @@
 private subnet, joined by a bridge that lives in a namespace of its own, with nftables rules inside
 a host's namespace to cut it off.
 
-Everything is made inside namespaces named `uw<pid>-<name>` (the pid is the creator's), plus one
-veth in the machine's own namespace, `uw<pid>`, that lets the creating process reach the hosts. Each
-network takes a /24 of 10.213.0.0/16 that no other holds (the creator is .1, the hosts .10 and up).
+Everything is made inside namespaces named `uw<pid>-<host index>` and `uw<pid>-switch` (the pid is
+the creator's), plus one veth in the machine's own namespace, `uw<pid>`, that lets the creating
+process reach the hosts. Each network takes a /24 of 10.213.0.0/16 that no other holds (the creator is .1, the hosts .10 and up).
 Deleting the namespaces deletes every link, the bridge and every rule with them. A creator killed
 before it could do so leaves them to the next creator: `sweep()` removes whatever a dead pid made.
 Traffic goes only to these addresses.
