@@ -42,9 +42,12 @@ class RecordProducer:
         # A record waits out a broker's outage (up to `outage_wait_s`; kafka-python's default of 120 s
         # failed the records of a single broker down for two minutes), and so does a send that finds the
         # buffer full or the metadata missing meanwhile.
+        # A leader cut off from its peers (a network partition the producer is not on) answers
+        # REQUEST_TIMED_OUT, which refreshes no metadata: the producer retried against it until its
+        # metadata aged out (300 s by default) while the others had elected a new leader long before.
         wait_ms = int(settings.outage_wait_s * 1000)
         kw = dict(acks="all", enable_idempotence=True, linger_ms=5, retries=2**31 - 1,
-                  max_request_size=MAX_MESSAGE_BYTES, request_timeout_ms=30000,
+                  max_request_size=MAX_MESSAGE_BYTES, request_timeout_ms=30000, metadata_max_age_ms=30000,
                   delivery_timeout_ms=max(wait_ms, 120_000), max_block_ms=max(wait_ms, 60_000))
         kw.update(overrides)
         self._producer = connect(KafkaProducer, settings, **kw)

@@ -202,12 +202,15 @@ class LocalKafka:
         return self
 
     def stop(self, timeout: float = 60.0) -> None:
-        """Stop every node cleanly (SIGTERM, controlled shutdown), SIGKILL past the timeout."""
-        for node in reversed(self.state.nodes):
-            self._signal(node, signal.SIGTERM)
+        """Stop every node cleanly (SIGTERM, controlled shutdown) one at a time, SIGKILL past the timeout.
+        A controlled shutdown needs a quorum of controllers: the nodes it would leave without one are
+        killed (their logs are recovered at the next start), since they would wait out the timeout."""
         deadline = time.monotonic() + timeout
-        for node in self.state.nodes:
-            self._reap(node, deadline)
+        for node in reversed(self.state.nodes):
+            quorum = sum(self._alive(n) for n in self.state.nodes) > len(self.state.nodes) // 2
+            if quorum:
+                self._signal(node, signal.SIGTERM)
+            self._reap(node, deadline if quorum else 0)
         self._save()
 
     def stop_node(self, node_id: int, kill: bool = False, timeout: float = 60.0) -> None:

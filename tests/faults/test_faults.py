@@ -41,7 +41,7 @@ FAULTS = (("rollout", 20), ("trainer", 50), ("processors", 80), ("broker", 110))
 def cluster(tmp_path_factory):
     local = LocalKafka(tmp_path_factory.mktemp("faults"), port=free_port_block(6), nodes=3, heap="384m").start()
     yield local
-    local.stop(timeout=5)  # its data goes: a clean shutdown of all three (no quorum left) takes a minute
+    local.stop()
 
 
 @pytest.mark.timeout(1200)

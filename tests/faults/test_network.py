@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -82,7 +83,9 @@ def test_a_broker_cut_off_from_the_other_two_loses_nothing_acknowledged(tmp_path
                 seen = lambda: partitions(net, "kafka-2", cluster, topics.tasks)
                 wait_for(lambda: (now := seen()) and all(leader != 1 and 1 not in isr for leader, isr in now), 120,
                          "every partition led and replicated without broker 1", state=seen)
+                started = time.monotonic()
                 sends.more(100, "with broker 1 cut off from brokers 2 and 3")
+                print(f"100 acknowledged {time.monotonic() - started:.0f} s after the leaders moved")
                 net.heal("kafka-1")
                 sends.more(100, "after the heal")
 
