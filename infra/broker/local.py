@@ -17,6 +17,7 @@ import base64
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -60,6 +61,11 @@ class ClusterState:
     tls: bool = False  # the client listener speaks TLS (certificates in <data>/tls)
     acls: bool = False  # the broker authorizes every request by its ACLs; the first SASL user is a super user
     client_certificates: bool = False  # TLS, and every client shows a certificate of <data>/tls/clients-ca
+
+
+def jvm_options() -> list[str]:
+    """`$KAFKA_OPTS`, as Kafka's own start scripts read it: JVM options for the nodes."""
+    return shlex.split(os.environ.get("KAFKA_OPTS", ""))
 
 
 def free_port_block(count: int, start: int = 20000, stop: int = 60000) -> int:
@@ -277,7 +283,7 @@ class LocalKafka:
         on_host = ["ip", "netns", "exec", node.netns] if node.netns else []  # exec'd: the pid is java's
         cmd = [*on_host, kafka_dist.java(), f"-Xmx{self.heap}", "-Xms64m", "-XX:+UseSerialGC", "-Djava.awt.headless=true",
                f"-Dlog4j2.configurationFile={kafka_dist.LOG4J_CONFIG}", f"-Dundertow.log.file={ndir / 'server.log'}",
-               "-cp", cp, "kafka.Kafka", str(props)]
+               *jvm_options(), "-cp", cp, "kafka.Kafka", str(props)]
         with open(ndir / "stdout.log", "ab") as out:
             # A session of its own: the broker outlives `undertow broker up` and ignores the CLI's Ctrl-C.
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -290,7 +296,7 @@ class LocalKafka:
         node.pid = proc.pid
 
     def _format(self, props: Path, cp: str) -> None:
-        proc = subprocess.run([kafka_dist.java(), "-Xmx256m", f"-Dlog4j2.configurationFile={kafka_dist.LOG4J_CONFIG}",
+        proc = subprocess.run([kafka_dist.java(), "-Xmx256m", *jvm_options(), f"-Dlog4j2.configurationFile={kafka_dist.LOG4J_CONFIG}",
                                f"-Dundertow.log.file={props.parent / 'format.log'}", "-cp", cp,
                                "kafka.tools.StorageTool", "format", f"--cluster-id={self.state.cluster_id}", "-c", str(props)],
                               capture_output=True, text=True)

@@ -22,7 +22,7 @@ from tests.run_output import only_run_dir, undertow_run, wait_run
 from tests.vllm.tiny_llama import save_tiny_llama
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
-WARMUP_STEPS, ON_POLICY_STEPS = 60, 40
+WARMUP_STEPS, ON_POLICY_STEPS = 60, 20  # 20 hot-swaps, the ratios checked after each
 
 
 def demo_like(model: Path) -> dict:

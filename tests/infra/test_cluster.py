@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from undertow.infra.broker.local import LocalKafka, free_port_block
@@ -34,3 +36,16 @@ def test_cluster_survives_a_broker_crash(cluster):
         sends.more(50, "with node 2 back")
     sends.check_read_back(kafka)
     assert cluster.running_nodes() == [1, 2, 3]
+
+
+def test_a_cluster_stops_node_by_node_while_a_quorum_is_left_and_kills_the_last(cluster):
+    """SIGTERMed together, the three nodes each waited for a controller quorum none of them still had,
+    until the stop's timeout (a minute) killed them all. One at a time, the first two shut down cleanly."""
+    assert cluster.running_nodes() == [1, 2, 3]
+    pids = {n.node_id: n.pid for n in cluster.state.nodes}
+    assert all(b"-XX:TieredStopAtLevel=1" in Path(f"/proc/{pid}/cmdline").read_bytes() for pid in pids.values())  # $KAFKA_OPTS
+    cluster.stop()
+    assert cluster.running_nodes() == []
+    clean = {n.node_id: f"Request Handler on Controller {n.node_id}] shut down completely"
+             in (cluster._node_dir(n) / "server.log").read_text() for n in cluster.state.nodes}
+    assert clean == {1: False, 2: True, 3: True}  # the last, alone, would have waited out the timeout
