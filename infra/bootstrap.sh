@@ -52,6 +52,10 @@ if [ -n "$missing" ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; the
 fi
 # The deployment files' validators (kubeconform, schemas): tests/infra/test_deploy.py.
 bash "$root/infra/bootstrap_deploy_check.sh"
+# The slow-link faults' proxy (tests/faults/network.py Proxy): Toxiproxy, built from the Go module proxy.
+toxiproxy=$HOME/.cache/undertow/toxiproxy/bin
+[ -x "$toxiproxy/server" ] || GOFLAGS=-mod=mod GOTOOLCHAIN=local GOBIN="$toxiproxy" \
+  go install github.com/Shopify/toxiproxy/v2/cmd/server@v2.5.0
 echo "$venv"
 if [ "$with_vllm" = yes ]; then
   bash "$root/infra/bootstrap_vllm.sh"

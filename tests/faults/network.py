@@ -13,11 +13,13 @@ Traffic goes only to these addresses.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import shutil
 import signal
 import subprocess
+import urllib.request
 from collections.abc import Iterable
 from contextlib import suppress
 from typing import Any
@@ -29,6 +31,10 @@ PREFIX = "uw"
 LOCK = "/tmp/undertow-networks.lock"  # two test workers choosing a subnet at once
 _MINE = re.compile(rf"^{PREFIX}(\d+)(-|$)")
 TABLE = "inet undertow_faults"
+NAT = "ip undertow_proxy"
+TOXIPROXY = os.environ.get("UNDERTOW_TOXIPROXY", os.path.expanduser("~/.cache/undertow/toxiproxy/bin/server"))
+TOXIPROXY_API = 8474  # its HTTP API; each proxied target listens on a port after it
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # to the hosts, never through $http_proxy
 
 
 def unavailable() -> str | None:
@@ -105,18 +111,28 @@ class Hosts:
         """Drop `host`'s packets from (inbound) and to (outbound) each of `peers`, in its own namespace:
         silently, as a partition does, so the other side learns of it only by its timeouts."""
         addresses = ", ".join(self.address(p) if p in self.hosts else p for p in peers)
+        self._drop(host, *([f"input ip saddr {{ {addresses} }}"] if inbound else []),
+                   *([f"output ip daddr {{ {addresses} }}"] if outbound else []))
+
+    def lose(self, host: str, percent: float) -> None:
+        """Drop `percent` of `host`'s packets at random, each way (a lossy link: TCP resends them)."""
+        if not 0 < percent <= 100:
+            raise ValueError(f"percent: expected more than 0 and at most 100, got {percent}")
+        share = round(percent * 100)  # of 10,000
+        match = f"numgen random mod 10000 < {share}" if share < 10000 else ""  # 100%: every packet
+        self._drop(host, f"input {match}", f"output {match}")
+
+    def _drop(self, host: str, *matches: str) -> None:
+        """A drop rule in `host`'s namespace for each "<chain> <match>"; `heal` removes them all."""
         rules = [f"add table {TABLE}",
                  f"add chain {TABLE} input {{ type filter hook input priority 0; }}",
-                 f"add chain {TABLE} output {{ type filter hook output priority 0; }}"]
-        if inbound:
-            rules.append(f"add rule {TABLE} input ip saddr {{ {addresses} }} drop")
-        if outbound:
-            rules.append(f"add rule {TABLE} output ip daddr {{ {addresses} }} drop")
+                 f"add chain {TABLE} output {{ type filter hook output priority 0; }}",
+                 *(f"add rule {TABLE} {match} drop" for match in matches)]
         subprocess.run(self.command(host, ["nft", "-f", "-"]), input="\n".join(rules) + "\n", text=True,
                        check=True, capture_output=True)
 
     def heal(self, host: str) -> None:
-        """Every rule `cut` put on `host` removed."""
+        """Every rule `cut` and `lose` put on `host` removed."""
         self.run(host, ["nft", "delete", "table", *TABLE.split()], capture_output=True)  # none there: nothing to do
 
     def link(self, host: str, up: bool) -> None:
@@ -172,6 +188,74 @@ class Hosts:
         """What of this network still exists (nothing, once removed)."""
         return [n for n in _names(["ip", "netns", "list"]) + _names(["ip", "-o", "link", "show"], link=True)
                 if n == self.tag or n.startswith(f"{self.tag}-")]
+
+
+class Proxy:
+    """A Toxiproxy (a TCP proxy made for injecting faults) on host `at`, which `host`'s connections to
+    each (address, port) of `targets` go through: `host` routes those addresses to `at`, where nftables
+    redirects them to the proxy's own port, and the proxy connects on to the target. The link's faults
+    are then the proxy's toxics (latency, bandwidth), while the clients still dial the real addresses.
+
+        with Proxy(net, "rollout-1", at="link", targets=[("10.213.0.10", 9092)]) as link:
+            link.toxic("latency", latency=100, jitter=20)
+            link.clear()
+    """
+
+    def __init__(self, net: Hosts, host: str, at: str, targets: list[tuple[str, int]]):
+        self.net, self.host, self.at, self.targets = net, host, at, targets
+        self.api = f"http://{net.address(at)}:{TOXIPROXY_API}"
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "Proxy":
+        if not os.access(TOXIPROXY, os.X_OK):
+            raise RuntimeError(f"no Toxiproxy at {TOXIPROXY} (infra/bootstrap.sh builds it with `go install`)")
+        self.proc = self.net.popen(self.at, [TOXIPROXY, "-host", "0.0.0.0", "-port", str(TOXIPROXY_API)],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: self._call("GET", "/version", quiet=True) is not None, 30, "Toxiproxy's API up")
+        rules = [f"add table {NAT}", f"add chain {NAT} prerouting {{ type nat hook prerouting priority -100; }}"]
+        for i, (address, port) in enumerate(self.targets):
+            listen = TOXIPROXY_API + 1 + i
+            self._call("POST", "/proxies", {"name": f"p{i}", "listen": f"0.0.0.0:{listen}",
+                                            "upstream": f"{address}:{port}", "enabled": True})
+            rules.append(f"add rule {NAT} prerouting ip daddr {address} tcp dport {port} redirect to :{listen}")
+        subprocess.run(self.net.command(self.at, ["nft", "-f", "-"]), input="\n".join(rules) + "\n", text=True,
+                       check=True, capture_output=True)
+        for address in sorted({a for a, _ in self.targets}):
+            _ip("-n", self.net.namespace(self.host), "route", "add", f"{address}/32", "via", self.net.address(self.at))
+        return self
+
+    def toxic(self, kind: str, streams: tuple[str, ...] = ("upstream", "downstream"), **attributes: float) -> None:
+        """A toxic of `kind` (Toxiproxy's: latency, bandwidth, ...) on every target, on `streams`
+        (upstream: what `host` sends)."""
+        for i in range(len(self.targets)):
+            for stream in streams:
+                self._call("POST", f"/proxies/p{i}/toxics", {"name": f"{kind}-{stream}", "type": kind,
+                                                             "stream": stream, "attributes": attributes})
+
+    def clear(self) -> None:
+        """Every toxic removed: the link is as good as the others again."""
+        for i in range(len(self.targets)):
+            for toxic in self._call("GET", f"/proxies/p{i}/toxics") or []:
+                self._call("DELETE", f"/proxies/p{i}/toxics/{toxic['name']}")
+
+    def __exit__(self, *exc: object) -> None:
+        for address in sorted({a for a, _ in self.targets}):
+            _ip("-n", self.net.namespace(self.host), "route", "del", f"{address}/32", check=False)
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def _call(self, method: str, path: str, body: dict | None = None, quiet: bool = False) -> Any:
+        request = urllib.request.Request(self.api + path, method=method, data=None if body is None else
+                                         json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+        try:
+            with DIRECT.open(request, timeout=10) as answer:
+                text, kind = answer.read(), answer.headers.get_content_type()
+        except OSError:
+            if quiet:
+                return None
+            raise
+        return json.loads(text) if kind == "application/json" else text.decode()
 
 
 def _remove_namespace(ns: str) -> None:

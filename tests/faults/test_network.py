@@ -13,7 +13,7 @@ import pytest
 
 from undertow.infra.broker.local import LocalKafka
 from undertow.streams import KafkaSettings, Topics, create_topics
-from tests.faults.network import Hosts, sweep
+from tests.faults.network import Hosts, Proxy, sweep
 from tests.helpers import Sending, wait_for
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -45,6 +45,31 @@ def test_hosts_reach_each_other_until_cut_and_leave_nothing_behind():
         net.link("a", up=True)
         assert wait_for(lambda: reaches(net, "b", "a"), 30, "a back once its link is up")
     assert net.leftovers() == [] and listener.wait(10) is not None  # its process went with its host
+
+
+ECHO = ("import socket,sys; s=socket.create_server((sys.argv[1], 7001)); print('up', flush=True)\n"
+        "while True:\n c=s.accept()[0]; c.sendall(c.recv(100)); c.close()")
+ROUND_TRIP = ("import socket,sys,time; t=time.monotonic(); c=socket.create_connection((sys.argv[1], 7001), timeout=5)\n"
+              "c.sendall(b'ping'); assert c.recv(100) == b'ping'; print(time.monotonic() - t)")
+
+
+def test_a_proxied_link_is_as_slow_as_its_toxics_and_a_lossy_one_drops():
+    with Hosts(["a", "b", "link"]) as net:
+        echo = net.popen("a", [sys.executable, "-c", ECHO, net.address("a")], stdout=subprocess.PIPE, text=True)
+        assert echo.stdout.readline().strip() == "up"
+        round_trip = lambda: net.run("b", [sys.executable, "-c", ROUND_TRIP, net.address("a")], capture_output=True,
+                                     text=True)  # noqa: E731
+        with Proxy(net, "b", at="link", targets=[(net.address("a"), 7001)]) as link:
+            assert round_trip().returncode == 0  # b still dials a's address, through the proxy
+            link.toxic("latency", streams=("upstream",), latency=400, jitter=0)
+            slow = round_trip()
+            assert slow.returncode == 0 and float(slow.stdout) >= 0.4, slow  # only a proxy in the path delays it
+            link.clear()
+            net.lose("b", 100)
+            assert round_trip().returncode != 0
+            net.heal("b")
+            assert round_trip().returncode == 0
+    assert net.leftovers() == []
 
 
 def test_a_killed_creator_leaves_its_hosts_to_the_next_one():
