@@ -1,6 +1,7 @@
 """Hosts on one machine, for the faults a network makes (issue 48): Linux network namespaces on a
 private subnet, joined by a bridge that lives in a namespace of its own, with nftables rules inside
-a host's namespace to cut it off.
+a host's namespace to cut it off or lose its packets, and a Toxiproxy on a host of its own for what
+nftables cannot do (this kernel has no `netem`): latency and a bandwidth cap.
 
 Everything is made inside namespaces named `uw<pid>-<host index>` and `uw<pid>-switch` (the pid is
 the creator's), plus one veth in the machine's own namespace, `uw<pid>`, that lets the creating

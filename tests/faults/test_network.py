@@ -1,6 +1,6 @@
-"""Hosts in network namespaces (tests/faults/network.py), and what the Kafka clients do across them
-when the network fails (issue 48): first, a broker cut off from the other two while clients still
-reach it, with the books checked after."""
+"""Hosts in network namespaces (tests/faults/network.py): cuts, lossy and slow links, nothing left
+behind; and what the Kafka clients do across them when the network fails (issue 48): a broker cut
+off from the other two while clients still reach it, with the books checked after."""
 
 from __future__ import annotations
 
@@ -57,8 +57,10 @@ def test_a_proxied_link_is_as_slow_as_its_toxics_and_a_lossy_one_drops():
     with Hosts(["a", "b", "link"]) as net:
         echo = net.popen("a", [sys.executable, "-c", ECHO, net.address("a")], stdout=subprocess.PIPE, text=True)
         assert echo.stdout.readline().strip() == "up"
-        round_trip = lambda: net.run("b", [sys.executable, "-c", ROUND_TRIP, net.address("a")], capture_output=True,
-                                     text=True)  # noqa: E731
+
+        def round_trip() -> subprocess.CompletedProcess:
+            return net.run("b", [sys.executable, "-c", ROUND_TRIP, net.address("a")], capture_output=True, text=True)
+
         with Proxy(net, "b", at="link", targets=[(net.address("a"), 7001)]) as link:
             assert round_trip().returncode == 0  # b still dials a's address, through the proxy
             link.toxic("latency", streams=("upstream",), latency=400, jitter=0)
