@@ -1,6 +1,6 @@
 """Run tests several times under a steady competing CPU load and count each test's failures.
 
-    python tests/flake_hunt.py --rounds 3 -- -n 2 -m "slow or broker"
+    python tests/flake_hunt.py --rounds 3 -- -n 3 -m "slow or broker"
     python tests/flake_hunt.py --rounds 5 --load 2 -- tests/infra/test_elastic_processors.py
 
 Timing races hide on a quiet machine and strike on a busy CI host: the load (`--load` busy-loop
@@ -91,7 +91,7 @@ def node_ids(names: list[str]) -> list[str]:
 
 
 def options(pytest_args: list[str]) -> list[str]:
-    """pytest's arguments without the selection (`-m`, `-k`, paths): what a focus round keeps (`-n 2`)."""
+    """pytest's arguments without the selection (`-m`, `-k`, paths): what a focus round keeps (`-n 3`)."""
     kept, skip = [], False
     for arg in pytest_args:
         if skip or arg in ("-m", "-k"):
@@ -123,7 +123,7 @@ def main() -> int:
     parser.add_argument("--load", type=int, default=os.cpu_count(), help="busy-loop processes beside the tests")
     parser.add_argument("--focus", type=int, default=0, help="then this many more rounds of the tests that failed")
     parser.add_argument("--out", type=Path, default=Path("flake-hunt"), help="JUnit XML and summary.json go here")
-    parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after --: pytest's arguments (selection, -n 2)")
+    parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after --: pytest's arguments (selection, -n 3)")
     args = parser.parse_args()
     pytest_args = [a for a in args.pytest_args if a != "--"] if args.pytest_args[:1] == ["--"] else args.pytest_args
     args.out.mkdir(parents=True, exist_ok=True)
