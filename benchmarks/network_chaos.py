@@ -9,8 +9,9 @@ and the feeder. The RL stage starts from the demo's SFT warm-up (`--init-from`, 
 loopback). Once the trainer has taken `--before-steps` steps, each fault of `--faults` runs in turn,
 `--gap-s` apart; then the feeder is stopped cleanly, the hosts drain what it published, and the books
 are checked (tests/audit.py): nothing lost, nothing trained twice, every task published reached the raw
-topic. For each fault: seconds from its heal until the lag (every consumer group's, summed, as
-`undertow status --json` reports it) is back within one trainer batch of its level before the fault,
+topic. For each fault: seconds from its heal until the pipeline's lag (tasks, raw and ready experiences
+not yet taken, as `undertow status --json` reports each topic's) is back within one trainer batch of
+its level before the fault,
 raw experiences/s before, during and after it, the restarts it caused, and `undertow status --json` run
 on a host mid-fault. Exits 1 if anything was lost, trained twice or missing.
 """
@@ -114,7 +115,7 @@ FAULTS = {f.__name__: (f, seconds) for f, seconds in (
 @dataclass
 class Sample:
     t: float
-    lag: int
+    lag: int  # the pipeline's: tasks not yet generated, raw experiences not yet processed, ready ones not trained
     raw: int
 
 
@@ -131,15 +132,15 @@ class Watch(threading.Thread):
         super().__init__(name="lag", daemon=True)
 
     def run(self) -> None:
-        raw = Topics(NAMESPACE).raw
+        topics = Topics(NAMESPACE)
         while not self.halt.wait(self.every):
             try:
                 report = lag_report(namespace_status(self.kafka, NAMESPACE))
             except Exception as e:  # noqa: BLE001 — a fault may stall the admin client: the gap is the figure
                 print(f"[watch] no lag reading: {type(e).__name__}: {e}", flush=True)
                 continue
-            lag = sum(g["lag"] for g in report["groups"].values())
-            self.samples.append(Sample(time.monotonic(), lag, report["records"].get(raw, 0)))
+            lag = sum(report["topic_lag"].get(t, 0) for t in (topics.tasks, topics.raw, topics.ready))
+            self.samples.append(Sample(time.monotonic(), lag, report["records"].get(topics.raw, 0)))
 
     def between(self, start: float, end: float) -> list[Sample]:
         return [s for s in self.samples if start <= s.t <= end]
@@ -244,9 +245,9 @@ def main(argv: list[str] | None = None) -> int:
         wait(f"{args.before_steps} trainer steps", lambda: trainer_steps(work) >= args.before_steps, d, 900)
         faults = [run_fault(name, d, watch, args.gap_s) for name in args.faults]
         d.stop([d.service("feeder")])  # SIGTERM: it exits cleanly; the others drain what it published
-        drained = lambda: (len(watch.samples) > 3 and all(s.lag == 0 for s in watch.samples[-3:])  # noqa: E731
-                           and d.service("trainer-0").proc.poll() is None)
-        wait("the published tasks drained", drained, d, args.drain_timeout_s)
+        stopped = time.monotonic()
+        drained = lambda: [s.lag for s in watch.samples if s.t > stopped][-3:] == [0, 0, 0]  # noqa: E731
+        wait("the published tasks drained (3 readings of no lag)", drained, d, args.drain_timeout_s)
         steps = trainer_steps(work)
         d.stop()
         watch.halt.set()
