@@ -21,13 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -119,17 +120,14 @@ class Sample:
     raw: int
 
 
-@dataclass
 class Watch(threading.Thread):
     """The namespace's lag and raw-record count every `every` s, seen from the creating process."""
 
-    kafka: KafkaSettings
-    every: float = 5.0
-    samples: list[Sample] = field(default_factory=list)
-    halt: threading.Event = field(default_factory=threading.Event)
-
-    def __post_init__(self) -> None:
+    def __init__(self, kafka: KafkaSettings, every: float = 5.0):
         super().__init__(name="lag", daemon=True)
+        self.kafka, self.every = kafka, every
+        self.samples: list[Sample] = []
+        self.halt = threading.Event()
 
     def run(self) -> None:
         topics = Topics(NAMESPACE)
@@ -234,7 +232,9 @@ def run_fault(name: str, d: Deployment, watch: Watch, gap_s: float) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped benchmark takes its hosts down too
     work = Path(args.workdir or tempfile.mkdtemp(prefix="network-chaos-"))
+    work.mkdir(parents=True, exist_ok=True)
     init_from = Path(args.init_from) if args.init_from else warm_start(work)
     config = rl_config(init_from, work)
     started = time.monotonic()

@@ -52,6 +52,7 @@ class Service:
     restarts: int = 0
     log: Path | None = None
     exits: list[int] = field(default_factory=list)
+    exited_at: float | None = None  # while it waits out its restart delay
 
 
 def compose() -> dict:
@@ -164,6 +165,9 @@ class Deployment:
             argv = [sys.executable, "-m", "torch.distributed.run", f"--local-addr={self.net.address(s.host)}",
                     *[a.replace("trainer-0.trainer", self.net.address("trainer-0")) for a in argv[1:]]]
             argv[argv.index("--nproc-per-node") + 1] = "1"  # a CPU per node, not 8 GPUs
+            # Node 0 hosts the rendezvous: in Kubernetes its host name matches the endpoint's, which torchrun
+            # looks for; in a namespace the machine's name does not, so it is told.
+            argv.insert(3, f"--rdzv-conf=is_host={int(s.host == 'trainer-0')}")
         else:
             argv = [*CLI, *argv]
         s.log = self.workdir / "logs" / f"{s.host}.log"
@@ -184,9 +188,13 @@ class Deployment:
             if code == 0:
                 finished.append(s)
                 continue
-            s.exits.append(code)
-            s.restarts += 1
-            self._start(s)
+            if s.exited_at is None:
+                s.exits.append(code)
+                s.exited_at = time.monotonic()
+            if time.monotonic() - s.exited_at >= min(60.0, 0.1 * 2 ** len(s.exits)):  # Docker's doubling delay
+                s.restarts += 1
+                s.exited_at = None
+                self._start(s)
         return finished
 
     def stop(self, services: list[Service] | None = None, timeout: float = 60) -> None:
