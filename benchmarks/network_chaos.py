@@ -9,11 +9,11 @@ and the feeder. The RL stage starts from the demo's SFT warm-up (`--init-from`, 
 loopback). Once the trainer has taken `--before-steps` steps, each fault of `--faults` runs in turn,
 `--gap-s` apart; then the feeder is stopped cleanly, the hosts drain what it published, and the books
 are checked (tests/audit.py): nothing lost, nothing trained twice, every task published reached the raw
-topic. For each fault: seconds from its heal until the pipeline's lag (tasks, raw and ready experiences
-not yet taken, as `undertow status --json` reports each topic's) is back within one trainer batch of
-its level before the fault,
-raw experiences/s before, during and after it, the restarts it caused, and `undertow status --json` run
-on a host mid-fault. Exits 1 if anything was lost, trained twice or missing.
+topic. For each fault, from readings every 5 s: the trainer's steps during it and the seconds from its
+heal to its next step; the seconds from its heal until the pipeline's lag (tasks, raw and ready
+experiences not yet taken, as `undertow status --json` reports each topic's) is back within one trainer
+batch of its level before; raw experiences/s before, during and after it; the restarts it caused; and
+`undertow status --json` run on a host mid-fault. Exits 1 if anything was lost, trained twice or missing.
 """
 
 from __future__ import annotations
@@ -118,14 +118,15 @@ class Sample:
     t: float
     lag: int  # the pipeline's: tasks not yet generated, raw experiences not yet processed, ready ones not trained
     raw: int
+    steps: int  # the trainer's, from its ledger
 
 
 class Watch(threading.Thread):
     """The namespace's lag and raw-record count every `every` s, seen from the creating process."""
 
-    def __init__(self, kafka: KafkaSettings, every: float = 5.0):
+    def __init__(self, kafka: KafkaSettings, workdir: Path, every: float = 5.0):
         super().__init__(name="lag", daemon=True)
-        self.kafka, self.every = kafka, every
+        self.kafka, self.workdir, self.every = kafka, workdir, every
         self.samples: list[Sample] = []
         self.halt = threading.Event()
 
@@ -138,7 +139,8 @@ class Watch(threading.Thread):
                 print(f"[watch] no lag reading: {type(e).__name__}: {e}", flush=True)
                 continue
             lag = sum(report["topic_lag"].get(t, 0) for t in (topics.tasks, topics.raw, topics.ready))
-            self.samples.append(Sample(time.monotonic(), lag, report["records"].get(topics.raw, 0)))
+            self.samples.append(Sample(time.monotonic(), lag, report["records"].get(topics.raw, 0),
+                                       trainer_steps(self.workdir)))
 
     def between(self, start: float, end: float) -> list[Sample]:
         return [s for s in self.samples if start <= s.t <= end]
@@ -217,10 +219,14 @@ def run_fault(name: str, d: Deployment, watch: Watch, gap_s: float) -> dict:
     before = watch.between(start - 30, start)
     level = max((s.lag for s in before), default=0) + BATCH
     back = next((s.t - healed for s in watch.samples if s.t >= healed and s.lag <= level), None)
+    at_heal = next((s.steps for s in reversed(watch.samples) if s.t <= healed), 0)
+    stepped = next((s.t - healed for s in watch.samples if s.t >= healed and s.steps > at_heal), None)
     rate = lambda w: (w[-1].raw - w[0].raw) / (w[-1].t - w[0].t) if len(w) > 1 and w[-1].t > w[0].t else None  # noqa: E731
     figures = {"fault": name, "seconds": seconds, "lag_before": level - BATCH,
                "lag_peak": max((s.lag for s in watch.between(start, healed + gap_s)), default=None),
                "back_to_level_s": None if back is None else round(back, 1),
+               "first_step_after_heal_s": None if stepped is None else round(stepped, 1),
+               "trainer_steps_during": at_heal - next((s.steps for s in reversed(watch.samples) if s.t <= start), 0),
                "raw_per_s_before": rate(before), "raw_per_s_during": rate(watch.between(start, healed)),
                "raw_per_s_after": rate(watch.between(healed, healed + gap_s)),
                "restarts": {s.host: s.restarts - restarts[s.host] for s in d.services if s.restarts > restarts[s.host]},
@@ -240,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     with Deployment(config, work, proxied="rollout-1" if "slow_lossy_link" in args.faults else None) as d:
         kafka = KafkaSettings(bootstrap_servers=d.bootstrap)
-        watch = Watch(kafka)
+        watch = Watch(kafka, work)
         watch.start()
         wait(f"{args.before_steps} trainer steps", lambda: trainer_steps(work) >= args.before_steps, d, 900)
         faults = [run_fault(name, d, watch, args.gap_s) for name in args.faults]

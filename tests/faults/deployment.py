@@ -53,6 +53,7 @@ class Service:
     log: Path | None = None
     exits: list[int] = field(default_factory=list)
     exited_at: float | None = None  # while it waits out its restart delay
+    stopped: bool = False
 
 
 def compose() -> dict:
@@ -183,7 +184,7 @@ class Deployment:
         finished = []
         for s in self.services:
             code = s.proc.poll() if s.proc else None
-            if code is None:
+            if code is None or s.stopped:
                 continue
             if code == 0:
                 finished.append(s)
@@ -198,7 +199,10 @@ class Deployment:
         return finished
 
     def stop(self, services: list[Service] | None = None, timeout: float = 60) -> None:
-        """SIGTERM, as `docker compose stop` sends, then SIGKILL past `timeout`."""
+        """SIGTERM, as `docker compose stop` sends, then SIGKILL past `timeout`; a stopped service stays
+        stopped (`poll` does not restart it)."""
+        for s in services or self.services:
+            s.stopped = True
         chosen = [s for s in (services or self.services) if s.proc and s.proc.poll() is None]
         for s in chosen:
             s.proc.terminate()
