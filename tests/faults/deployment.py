@@ -95,7 +95,7 @@ def plan(config: Path) -> tuple[list[str], dict[str, str], list[Service]]:
         env = {k: str(v) for k, v in spec.get("environment", {}).items() if not k.startswith("AWS_")}
         named = [a.rsplit(":", 1)[0] for a in env.get("UNDERTOW_BOOTSTRAP", "").split(",")]
         assert named == brokers, f"{name}'s UNDERTOW_BOOTSTRAP names {named}, the brokers are {brokers}"
-        if name == "trainer":  # its nodes: the StatefulSet, not compose's one container
+        if spec["command"][0] == "train":  # the trainer's nodes: the StatefulSet's, not compose's one container
             nodes, argv = trainer_nodes()
             for rank in range(nodes):
                 out.append(Service(f"trainer-{rank}", name, argv=[_arg(a, config, rank) for a in argv], env=env))
@@ -155,7 +155,8 @@ class Deployment:
         return self
 
     def _env(self, env: dict[str, str], host: str | None = None) -> dict[str, str]:
-        out = {**os.environ, **env, "UNDERTOW_BOOTSTRAP": self.bootstrap, "OMP_NUM_THREADS": "1"}  # the names, placed
+        # compose's UNDERTOW_BOOTSTRAP names the broker services (checked in `plan`): here, their addresses
+        out = {**os.environ, **env, "UNDERTOW_BOOTSTRAP": self.bootstrap, "OMP_NUM_THREADS": "1"}
         if host is not None:
             out["GLOO_SOCKET_IFNAME"] = "eth0"  # the host's one link: gloo would pick the machine's name's address
         return out
@@ -172,11 +173,11 @@ class Deployment:
         else:
             argv = [*CLI, *argv]
         s.log = self.workdir / "logs" / f"{s.host}.log"
-        out = open(s.log, "a")
-        out.write(f"--- start {len(s.exits) + 1}: {' '.join(argv)}\n")
-        out.flush()
-        s.proc = self.net.popen(s.host, argv, env=self._env(s.env, s.host), stdout=out, stderr=subprocess.STDOUT,
-                                cwd=self.workdir, start_new_session=True)
+        with open(s.log, "a") as out:
+            out.write(f"--- start {len(s.exits) + 1}: {' '.join(argv)}\n")
+            out.flush()
+            s.proc = self.net.popen(s.host, argv, env=self._env(s.env, s.host), stdout=out, stderr=subprocess.STDOUT,
+                                    cwd=self.workdir, start_new_session=True)
 
     def poll(self) -> list[Service]:
         """Restart each service that exited with an error (compose's `restart: on-failure`); the ones
