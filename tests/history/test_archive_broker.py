@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,7 @@ from undertow.streams.archive_store import ArchiveStore
 from undertow.streams.history import History
 from undertow.streams.replay import Selection, replay
 
-from tests.helpers import cli, produce, read_all, start_cli, write_config
+from tests.helpers import cli, produce, read_all, start_cli, wait_for, write_config
 
 from .helpers import make_group, metric
 
@@ -25,13 +24,6 @@ pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
 def pair(i: int) -> PreferencePair:
     return PreferencePair(pair_id=f"p-{i}", task_id=f"t-{i}", prompt_tokens=[1], chosen_tokens=[2], rejected_tokens=[3])
-
-
-def wait_for_files(store: ArchiveStore, suffix: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not store.files(suffix):
-        assert time.monotonic() < deadline, "the archiver wrote nothing"
-        time.sleep(0.2)
 
 
 def archived_offsets(history: History, view: str) -> list[tuple[int, int]]:
@@ -56,12 +48,17 @@ def test_archive_survives_kill_and_history_replays(kafka, namespace, tmp_path: P
 
     archiver = start_cli("archive", str(config))
     store = ArchiveStore(str(root), namespace)
-    wait_for_files(store, "metrics")
+    # The one flush writes its topics' files one after another, in no set order: wait for the two this
+    # needs (waiting for the metrics' alone, a loaded run killed the archiver before the ready topic's).
+    two_file = lambda: [f for f in store.files("experiences.ready") if f.count == 2]  # noqa: E731
+    wait_for(lambda: len(two_file()) == 2 and store.files("metrics"), 120,
+             "the pair's range in two files (it shares g-0's partition: two kinds) and the metrics' file",
+             proc=archiver, state=lambda: {s: [(f.path, f.count) for f in store.files(s)]
+                                           for s in ("experiences.ready", "metrics")})
     archiver.send_signal(signal.SIGKILL)
     archiver.wait(30)
     # A crash between the two files of one range: the range must be written again, not half kept.
-    two_file = [f for f in store.files("experiences.ready") if f.count == 2]
-    assert two_file, "the pair shares g-0's partition: that range has two kinds, two files"
+    two_file = two_file()
     store.fs.delete_file(max(two_file, key=lambda f: f.index).path)
     # Record timestamps are whole milliseconds: from `mid` on, floored to one, is the second batch.
     mid = dt.datetime.now(dt.timezone.utc)
