@@ -30,6 +30,8 @@ DEMO_FIXTURES = {"demo", "demo_warm_start"}  # the session's one demo run
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist (`-n 3`) the controller starts the broker its workers share: they inherit
     $UNDERTOW_BOOTSTRAP, and the demo run's topics are there for whichever worker reads them."""
+    if getattr(config.option, "maxschedchunk", 0) is None:
+        config.option.maxschedchunk = 1  # a worker takes one test at a time, in `_turn`'s order (below)
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput") \
             and not os.environ.get(BOOTSTRAP_ENV):
         config._undertow_broker = LocalKafka(Path(tempfile.mkdtemp(prefix="undertow-tests-kafka-")),
@@ -101,7 +103,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _turn(item: pytest.Item, maker: pytest.Item | None) -> int:
-    """A worker takes the next test once it is free (pyproject: `--maxschedchunk=1`): the first test
+    """A worker takes the next test once it is free (`--maxschedchunk=1`, pytest_configure): the first test
     that needs the demo's run first (it makes it), the other slow tests while it runs, then the slow
     ones that read the run, the quick ones last, so the workers end together. In file order, xdist
     dealt all the long tests (the first files) to one worker, and its share set the suite's time
