@@ -202,9 +202,10 @@ class Deployment:
     def stop(self, services: list[Service] | None = None, timeout: float = 60) -> None:
         """SIGTERM, as `docker compose stop` sends, then SIGKILL past `timeout`; a stopped service stays
         stopped (`poll` does not restart it)."""
-        for s in services or self.services:
+        services = services or self.services
+        for s in services:
             s.stopped = True
-        chosen = [s for s in (services or self.services) if s.proc and s.proc.poll() is None]
+        chosen = [s for s in services if s.proc and s.proc.poll() is None]
         for s in chosen:
             s.proc.terminate()
         deadline = time.monotonic() + timeout

@@ -129,6 +129,10 @@ class Hosts:
                  f"add chain {TABLE} input {{ type filter hook input priority 0; }}",
                  f"add chain {TABLE} output {{ type filter hook output priority 0; }}",
                  *(f"add rule {TABLE} {match} drop" for match in matches)]
+        self.nft(host, rules)
+
+    def nft(self, host: str, rules: list[str]) -> None:
+        """nftables `rules` (one command each) applied in `host`'s namespace, all or none."""
         subprocess.run(self.command(host, ["nft", "-f", "-"]), input="\n".join(rules) + "\n", text=True,
                        check=True, capture_output=True)
 
@@ -219,8 +223,7 @@ class Proxy:
             self._call("POST", "/proxies", {"name": f"p{i}", "listen": f"0.0.0.0:{listen}",
                                             "upstream": f"{address}:{port}", "enabled": True})
             rules.append(f"add rule {NAT} prerouting ip daddr {address} tcp dport {port} redirect to :{listen}")
-        subprocess.run(self.net.command(self.at, ["nft", "-f", "-"]), input="\n".join(rules) + "\n", text=True,
-                       check=True, capture_output=True)
+        self.net.nft(self.at, rules)
         for address in sorted({a for a, _ in self.targets}):
             _ip("-n", self.net.namespace(self.host), "route", "add", f"{address}/32", "via", self.net.address(self.at))
         return self
