@@ -53,6 +53,9 @@ class EngineConfig(_Section):
     seed: int = Field(0, description="seed of torch and of the priority sampler")
     master_port: int | None = Field(None, ge=1024, le=65535,
                                     description="rendezvous port for a single-process run (default: a free one)")
+    collective_timeout_s: float = Field(
+        600.0, ge=1, description="a collective between ranks (the step's command, gradients, the checkpoint barrier) "
+        "waiting longer raises: the trainer exits for its supervisor to restart it from its checkpoint")
 
     @model_validator(mode="after")
     def _offload_needs_zero(self) -> "EngineConfig":

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import socket
+import traceback
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -37,11 +39,12 @@ class Process:
         return self.rank == 0
 
 
-def setup_process(master_port: int | None = None) -> Process:
+def setup_process(master_port: int | None = None, timeout_s: float = 600.0) -> Process:
     """Environment defaults, then `deepspeed.init_distributed` (idempotent).
 
     A launcher (deepspeed, torchrun) sets the rendezvous variables; a single process alone picks
-    `master_port` or a free port, so that two trainers on one machine never collide.
+    `master_port` or a free port, so that two trainers on one machine never collide. A collective that
+    waits `timeout_s` for a rank raises instead of hanging (a rank cut off by the network, or frozen).
     """
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path.home() / ".cache" / "undertow" / "torch_extensions"))
@@ -53,12 +56,21 @@ def setup_process(master_port: int | None = None) -> Process:
         os.environ.setdefault(name, value)
     import deepspeed
 
-    deepspeed.init_distributed(dist_backend="nccl" if gpu else "gloo")
+    deepspeed.init_distributed(dist_backend="nccl" if gpu else "gloo", timeout=timedelta(seconds=timeout_s))
     local = int(os.environ["LOCAL_RANK"])
     device = torch.device("cuda", local) if gpu else torch.device("cpu")
     if gpu:
         torch.cuda.set_device(device)
     return Process(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), device)
+
+
+def collective_failed(error: BaseException) -> bool:
+    """Whether `error` came out of a torch.distributed collective (a timeout, a peer gone): the process
+    group is broken, whatever the batch held. Gloo raises a plain RuntimeError, so the traceback tells."""
+    if isinstance(error, dist.DistError):
+        return True
+    inside = f"{os.sep}torch{os.sep}distributed{os.sep}"
+    return any(inside in frame.filename for frame in traceback.extract_tb(error.__traceback__))
 
 
 def free_port() -> int:

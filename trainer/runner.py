@@ -24,7 +24,8 @@ from undertow.streams.weights import Sending, build_sender
 from .checkpoint import Ledger, PartitionOffset, TrainerState, load_checkpoint, save_checkpoint
 from .config import BatchingConfig, TrainerConfig
 from .critic import build_critic
-from .engine import Process, build_training_engine, build_reference, gathered_weights, setup_process
+from .engine import (Process, build_training_engine, build_reference, collective_failed, gathered_weights,
+                     setup_process)
 from .ready_intake import ReadyIntake
 from .objectives.chord import ChordObjective, as_expert
 from .objectives import Objective, objectives
@@ -66,8 +67,11 @@ class Leader:
 
     def __init__(self, spec: ModelSpec, cfg: TrainerConfig, kafka: KafkaSettings, topics: Topics,
                  state: TrainerState, objective: Objective, root: Path, tokenizer: str | None = None,
-                 vocab_size: int | None = None):
+                 vocab_size: int | None = None, heartbeat_s: float | None = None):
         self.spec, self.cfg, self.topics, self.state = spec, cfg, topics, state
+        # The other ranks wait for the next command inside a collective, which times out: while no data
+        # comes, an empty command every `heartbeat_s` tells them to wait on.
+        self.heartbeat_s = heartbeat_s
         self.producer = RecordProducer(kafka)
         self.sender = build_sender(Sending(spec.name, cfg.weights, self.producer, topics,
                                            "adapter" if cfg.lora else "full", kafka, tokenizer))
@@ -95,8 +99,10 @@ class Leader:
         self.pending: list = []  # the items of the batch being trained on
 
     def next_command(self, stop: StopFlag, budget: Budget) -> Command:
-        """Block until a batch is ready, or a stop is due; say whether to publish / checkpoint after it."""
+        """Block until a batch is ready, a stop is due or `heartbeat_s` passed (an empty command); say whether
+        to publish / checkpoint after it."""
         step = self.state.step
+        entered = time.monotonic()
         while not stop.requested and (budget.max_steps is None or step < budget.max_steps):
             started = time.monotonic()
             if self.intake.fill(step, self.cfg.poll_timeout_ms):
@@ -117,6 +123,8 @@ class Leader:
                                checkpoint=after % self.cfg.checkpoint_every == 0)
             if budget.idle_timeout_s is not None and time.monotonic() - self.last_data >= budget.idle_timeout_s:
                 break
+            if self.heartbeat_s is not None and time.monotonic() - entered >= self.heartbeat_s:
+                return Command()
         self.pending = []
         return Command([], publish=self.state.published_version != step, checkpoint=True, stop=True)
 
@@ -191,7 +199,7 @@ class Leader:
 def build_parts(cfg: TrainerConfig, spec: ModelSpec) -> tuple[Process, Objective, Any, Any, Any]:
     """What trains: this rank's process, the objective, the DeepSpeed engine, the reference model
     (None unless the objective needs one) and PPO's critic (None: critic-free)."""
-    process = setup_process(cfg.engine.master_port)
+    process = setup_process(cfg.engine.master_port, cfg.engine.collective_timeout_s)
     objective = objectives.get(cfg.algorithm.objective)(cfg.algorithm)
     if cfg.mixing is not None:
         objective = ChordObjective(objective, cfg.mixing, cfg.algorithm.temperature)
@@ -214,8 +222,9 @@ def run(cfg: TrainerConfig, context: RunContext, budget: Budget, stop: StopFlag 
                             leader=process.is_leader) or TrainerState()
     tokenizer = build_tokenizer(spec)
     vocab_size = engine.module.get_input_embeddings().num_embeddings  # the ids the embedding can look up
-    leader = (Leader(spec, cfg, kafka, topics, state, objective, root, fingerprint(tokenizer), vocab_size)
-              if process.is_leader else None)
+    heartbeat_s = cfg.engine.collective_timeout_s / 4 if process.world_size > 1 else None
+    leader = (Leader(spec, cfg, kafka, topics, state, objective, root, fingerprint(tokenizer), vocab_size,
+                     heartbeat_s) if process.is_leader else None)
     try:
         _loop(engine, objective, ref_model, cfg, process, state, leader, root, stop, budget,
               pad_id=tokenizer.pad_token_id, critic=critic)
@@ -269,11 +278,14 @@ def _guarded_step(engine: Any, objective: Objective, records: list, ref_model: A
     forward_failed) instead of killing the trainer, which would meet the same batch after every
     restart. The prepare pass runs the forward over every record before any update, so a record the
     model cannot take fails there, with the weights untouched. Several batches in a row failing is
-    not the data: the trainer stops. (Each rank decides alone: a failure on one rank of several
-    leaves the others in a collective until its timeout.)"""
+    not the data: the trainer stops. Nor is a collective that failed (a rank cut off or gone): that
+    raises, and the trainer restarts from its checkpoint with the batch unbooked. (Each rank decides
+    alone: a failure on one rank of several leaves the others in a collective until its timeout.)"""
     try:
         return train_step(engine, objective, records, ref_model, process, pad_id=pad_id, shape=shape, critic=critic)
     except Exception as e:
+        if collective_failed(e):
+            raise
         if failures + 1 >= MAX_FAILED_STEPS:
             raise RuntimeError(f"{MAX_FAILED_STEPS} batches in a row failed their step; the last: "
                                f"{type(e).__name__}: {e}") from e

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Iterator, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from undertow.infra.broker.resolve import resolve_kafka
 from undertow.kernel.config_io import ConfigError
@@ -34,7 +35,7 @@ def user_errors() -> Iterator[None]:
     except typer.Exit:  # click's Exit is a RuntimeError: let it through untouched
         raise
     except (ConfigError, ValueError, TimeoutError, RuntimeError) as e:
-        err_console.print(f"[red]error:[/red] {e}", highlight=False)
+        err_console.print(f"[red]error:[/red] {escape(str(e))}", highlight=False)  # a message may hold [brackets]
         raise typer.Exit(2) from None
 
 

@@ -105,3 +105,19 @@ def test_reading_a_config_imports_no_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=ROOT).stdout
     assert out.split() == ["False"], out
+
+
+def test_an_error_message_with_brackets_is_printed_as_it_is(capsys):
+    """gloo's messages start with `[/path/pair.cc:545]`, which rich read as a closing markup tag: the
+    red line raised MarkupError instead of saying what failed."""
+    import typer
+
+    from undertow.infra.cli.common import user_errors
+
+    message = "[/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] Connection closed by peer"
+    try:
+        with user_errors():
+            raise RuntimeError(message)
+    except typer.Exit as e:
+        assert e.exit_code == 2
+    assert message in " ".join(capsys.readouterr().err.split())

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_script(out: Path, engine: dict, nproc: int = 1, *args: str, shape: dict | None = None,
-               algorithm: dict | None = None, critic: dict | None = None) -> list[dict]:
+               algorithm: dict | None = None, critic: dict | None = None, ranks: int | None = None) -> list[dict]:
     """Each rank's output: losses, metrics per step, untrained ids, and the sha256 of its weights."""
     out.mkdir()
     port = free_port()  # each run its own: fixed ports collided between the suite's two workers
@@ -37,7 +37,7 @@ def run_script(out: Path, engine: dict, nproc: int = 1, *args: str, shape: dict 
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (done.stdout + done.stderr)[-8000:]
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)]
+    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc if ranks is None else ranks)]
 
 
 def loaded(out: Path) -> torch.nn.Module:
@@ -161,3 +161,10 @@ def test_the_critic_resumes_from_the_policys_checkpoint(tmp_path: Path):
     assert second[0]["metrics"][0]["value_loss"] == straight[0]["metrics"][2]["value_loss"]
     assert second[0]["losses"] == straight[0]["losses"][2:]
     assert second[0]["critic_sha256"] == straight[0]["critic_sha256"] and second[0]["sha256"] == straight[0]["sha256"]
+
+
+def test_a_rank_gone_mid_step_stops_the_trainer_instead_of_dead_lettering_the_batch(tmp_path: Path):
+    """The step guard dead-letters a batch whose step raised; a failed collective is not the batch's
+    doing (runner._guarded_step): the error goes up, and the supervisor restarts the trainer."""
+    (found,) = run_script(tmp_path / "gone", {"collective_timeout_s": 5}, 2, "--rank-gone", ranks=1)
+    assert found["raised"] == "RuntimeError" and found["collective"], found
