@@ -157,6 +157,9 @@ def rl_config(init_from: Path, workdir: Path) -> Path:
     cfg["feeder"]["epochs"] = None  # the benchmark stops the feeder once the faults are over
     cfg["topics"] = {"replication": 3, "partitions": {"tasks": 4, "experiences.raw": 2}}  # 2 of each worker
     cfg["trainer"].update(checkpoint_dir=str(workdir / "checkpoints"), checkpoint_every=10)
+    # Shorter than the 30-s cut of the trainer's nodes: their collective gives up, both nodes exit and the
+    # deployment restarts them from the checkpoint (the default, DeepSpeed's 10 minutes, would outlast it).
+    cfg["trainer"].setdefault("engine", {})["collective_timeout_s"] = 20
     # Partial groups (a sample lost to a fault) are released within 10 + 10 s, as in tests/faults/.
     cfg["processors"]["group_timeout_s"] = 10
     cfg["trainer"]["batching"]["group_timeout_s"] = 10
