@@ -16,51 +16,23 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import shlex
 import signal
 import socket
 import subprocess
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from undertow.infra.broker import kafka_dist
-from undertow.infra.broker.certificates import (CLIENTS_CA, CLIENTS_DIR, KEYSTORE_PASSWORD, issue_client_certificate,
+from undertow.infra.broker.certificates import (CLIENTS_CA, CLIENTS_DIR, issue_client_certificate,
                                                  make_certificates, make_clients_ca)
+from undertow.infra.broker.properties import (CA_FILE, OPERATOR, TLS_DIR, ClusterState, Node, check_sasl_users,
+                                               listener, replication_factor, server_properties)
 from undertow.streams.settings import KafkaSettings
 
 STATE_FILE = "cluster.json"
-TLS_DIR = "tls"
-OPERATOR = "operator"  # with client_certificates: the super user the broker's own settings() log in as
-# A client certificate's subject is CN=<name>: its principal is User:<name>, as a SCRAM login's is.
-PRINCIPAL_FROM_CN = "RULE:^CN=([^,]+)$/$1/,DEFAULT"
-
-
-@dataclass
-class Node:
-    """One KRaft node: a broker listener and a controller listener on its host (loopback, or an address
-    in a network namespace it runs in: tests/faults/network.py)."""
-
-    node_id: int
-    port: int
-    controller_port: int
-    pid: int | None = None
-    host: str = "127.0.0.1"
-    netns: str | None = None
-
-
-@dataclass
-class ClusterState:
-    cluster_id: str
-    nodes: list[Node]
-    kafka_version: str
-    extra: dict[str, str] = field(default_factory=dict)
-    sasl_users: dict[str, str] = field(default_factory=dict)  # user -> password; empty: no login
-    tls: bool = False  # the client listener speaks TLS (certificates in <data>/tls)
-    acls: bool = False  # the broker authorizes every request by its ACLs; the first SASL user is a super user
-    client_certificates: bool = False  # TLS, and every client shows a certificate of <data>/tls/clients-ca
 
 
 def jvm_options() -> list[str]:
@@ -121,7 +93,7 @@ class LocalKafka:
         if state is None:
             if nodes not in (1, 3):
                 raise ValueError(f"nodes: expected 1 or 3, got {nodes}")
-            _check_sasl_users(sasl_users or {})
+            check_sasl_users(sasl_users or {})
             if client_certificates and sasl_users:
                 raise ValueError("client_certificates: a client logs in by its certificate or by SASL, not both")
             if acls and not (sasl_users or client_certificates):
@@ -152,12 +124,12 @@ class LocalKafka:
     @property
     def listener(self) -> str:
         """The client listener's name, which is also its security protocol."""
-        return ("SASL_" if self.state.sasl_users else "") + ("SSL" if self.state.tls else "PLAINTEXT")
+        return listener(self.state)
 
     @property
     def ca_file(self) -> Path:
         """The PEM certificate of the CA that signed the brokers' certificate (with `tls`)."""
-        return self.data_dir / TLS_DIR / "ca.pem"
+        return self.data_dir / TLS_DIR / CA_FILE
 
     def settings(self) -> KafkaSettings:
         """Client settings for this cluster; with SASL, logged in as the first user; with TLS, trusting its CA;
@@ -185,7 +157,7 @@ class LocalKafka:
 
     @property
     def replication_factor(self) -> int:
-        return min(3, len(self.state.nodes))
+        return replication_factor(self.state)
 
     def running_nodes(self) -> list[int]:
         """Ids of nodes whose JVM is alive."""
@@ -304,91 +276,7 @@ class LocalKafka:
             raise RuntimeError(f"formatting {props.parent} failed:\n{proc.stdout}{proc.stderr}")
 
     def _properties(self, node: Node) -> str:
-        n = len(self.state.nodes)
-        voters = ",".join(f"{x.node_id}@{x.host}:{x.controller_port}" for x in self.state.nodes)
-        props = {
-            "process.roles": "broker,controller",
-            "node.id": node.node_id,
-            "controller.quorum.voters": voters,
-            "listeners": f"{self.listener}://{node.host}:{node.port},CONTROLLER://{node.host}:{node.controller_port}",
-            "advertised.listeners": f"{self.listener}://{node.host}:{node.port}",
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": self.listener,
-            "listener.security.protocol.map": f"{self.listener}:{self.listener},CONTROLLER:PLAINTEXT",
-            "log.dirs": self._node_dir(node) / "log",
-            "default.replication.factor": self.replication_factor,
-            "min.insync.replicas": 2 if n >= 3 else 1,
-            "offsets.topic.replication.factor": self.replication_factor,
-            "transaction.state.log.replication.factor": self.replication_factor,
-            "transaction.state.log.min.isr": 2 if n >= 3 else 1,
-            "share.coordinator.state.topic.replication.factor": self.replication_factor,
-            "share.coordinator.state.topic.min.isr": 2 if n >= 3 else 1,
-            "unclean.leader.election.enable": "false",
-            # Topics come from the catalog (streams/topics.py); a typo must fail, not create a topic.
-            "auto.create.topics.enable": "false",
-            # Tests and the local loop start many fresh consumer groups; the default 3 s delay adds up.
-            "group.initial.rebalance.delay.ms": 0,
-            # Weight chunks and long multi-turn experiences are larger than Kafka's 1 MB default.
-            "message.max.bytes": 20 << 20,
-            "replica.fetch.max.bytes": 20 << 20,
-            "num.network.threads": 2,
-            "num.io.threads": 4,
-            "num.partitions": 1,
-            "offsets.topic.num.partitions": 8,
-            **self._sasl_properties(),
-            **self._tls_properties(),
-            **self._acl_properties(),
-            **self.state.extra,
-        }
-        return "".join(f"{k}={v}\n" for k, v in props.items())
-
-    def _sasl_properties(self) -> dict[str, str]:
-        """PLAIN accounts on the client listener; brokers replicate over it logged in as the first user.
-        SCRAM-SHA-512 too, for the users the admin API creates (`undertow run` makes one per component)."""
-        if not self.state.sasl_users:
-            return {}
-        user, password = next(iter(self.state.sasl_users.items()))
-        accounts = " ".join(f'user_{u}="{p}"' for u, p in self.state.sasl_users.items())
-        listener = self.listener.lower()
-        return {
-            "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
-            "sasl.mechanism.inter.broker.protocol": "PLAIN",
-            f"listener.name.{listener}.plain.sasl.jaas.config":
-                "org.apache.kafka.common.security.plain.PlainLoginModule required "
-                f'username="{user}" password="{password}" {accounts};',
-            f"listener.name.{listener}.scram-sha-512.sasl.jaas.config":
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
-        }
-
-    def _acl_properties(self) -> dict[str, str]:
-        """KRaft's authorizer, denying what no ACL allows. Super users: the first SASL user (brokers
-        replicate as it; it creates topics and ACLs), or with certificates the operator and the brokers
-        (their certificate's CN, localhost: certificates.py); and ANONYMOUS, which is how nodes reach the
-        controller listener (PLAINTEXT, on loopback only)."""
-        if not self.state.acls:
-            return {}
-        supers = [OPERATOR, "localhost"] if self.state.client_certificates else [next(iter(self.state.sasl_users))]
-        return {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-                "allow.everyone.if.no.acl.found": "false",
-                "super.users": ";".join(f"User:{u}" for u in [*supers, "ANONYMOUS"])}
-
-    def _tls_properties(self) -> dict[str, str]:
-        """The broker's key and certificate; the CA is trusted too, since brokers replicate over TLS."""
-        if not self.state.tls:
-            return {}
-        tls = self.data_dir / TLS_DIR
-        props = {
-            "ssl.keystore.type": "PKCS12",
-            "ssl.keystore.location": str(tls / "broker.p12"),
-            "ssl.keystore.password": KEYSTORE_PASSWORD,
-            "ssl.key.password": KEYSTORE_PASSWORD,
-            "ssl.truststore.type": "PEM",
-            "ssl.truststore.location": str(self.ca_file),
-        }
-        if self.state.client_certificates:
-            props.update({"ssl.truststore.location": str(tls / "truststore.pem"), "ssl.client.auth": "required",
-                          "ssl.principal.mapping.rules": PRINCIPAL_FROM_CN})
-        return props
+        return server_properties(self.state, node, self._node_dir(node) / "log", self.data_dir / TLS_DIR)
 
     def _new_clients_ca(self) -> None:
         """A fresh clients CA (the rotation of every certificate login), the brokers' truststore (their own
@@ -427,16 +315,6 @@ class LocalKafka:
         if self.state.sasl_users or self.state.tls:  # passwords and the broker's key sit in there
             self.data_dir.chmod(0o700)
         (self.data_dir / STATE_FILE).write_text(json.dumps(asdict(self.state), indent=2))
-
-
-def _check_sasl_users(users: dict[str, str]) -> None:
-    """Names and passwords go into a JAAS line inside a properties file: keep them free of its syntax."""
-    for user, password in users.items():
-        if not re.fullmatch(r"[A-Za-z0-9._-]+", user):
-            raise ValueError(f"sasl_users: user name {user!r} may hold only letters, digits, '.', '_' and '-'")
-        if not password or re.search(r'["\\\s]', password):
-            raise ValueError(f"sasl_users: password of {user!r} must be non-empty, without quotes, "
-                             "backslashes or whitespace")
 
 
 def _waitpid(pid: int) -> None:
