@@ -42,6 +42,9 @@ class ProcessorsConfig(BaseModel):
                              "before the worker commits and exits to be restarted fresh")
     stall_timeout_s: float = Field(
         120.0, gt=0, description="a worker whose start-up or batch takes longer exits (code 75) to be restarted")
+    stop_timeout_s: float = Field(
+        30.0, gt=0, description="a worker whose stop (SIGTERM, SIGINT) takes longer prints where it waits and exits "
+                                "(code 75); under `undertow run` keep it below the 60 s the run waits for a component")
     resync_after_s: float = Field(
         15.0, gt=0, description="a partition whose records wait while the whole worker was offered nothing and "
                             "handled nothing this long is read again from its next offset (a backlog of "

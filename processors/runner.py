@@ -79,4 +79,4 @@ class PipelineJob:
 def run_worker(cfg: ProcessorsConfig, context: RunContext, worker: str | None = None) -> None:
     """Run one worker until SIGTERM/SIGINT (or `idle_exit_s` without records)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    run_app(build_app(cfg, context, worker))
+    run_app(build_app(cfg, context, worker), cfg.stop_timeout_s)

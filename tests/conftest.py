@@ -18,20 +18,20 @@ from undertow.infra.broker.local import LocalKafka, free_port_block
 from undertow.infra.run.runner import latest_export
 from undertow.streams import BOOTSTRAP_ENV, KafkaSettings, create_topics
 from tests.run_output import DemoRun, demo_config, only_run_dir, undertow_run, wait_run
+from tests.turns import DEMO_MADE, order, shared_dir
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The tests' brokers (and those of the runs they start) live seconds to minutes: the JIT's first tier
 # alone starts one with ~40% less CPU (2.4-2.7 s against 4.2-4.3 s, tests/infra/test_broker_props.py).
 os.environ.setdefault("KAFKA_OPTS", "-XX:TieredStopAtLevel=1")
 BROKER_FIXTURES = {"kafka", "broker", "cluster"}  # the session's broker, the TLS / SASL ones, the 3-node cluster
-DEMO_FIXTURES = {"demo", "demo_warm_start"}  # the session's one demo run
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist (`-n 3`) the controller starts the broker its workers share: they inherit
     $UNDERTOW_BOOTSTRAP, and the demo run's topics are there for whichever worker reads them."""
     if getattr(config.option, "maxschedchunk", 0) is None:
-        config.option.maxschedchunk = 1  # a worker takes one test at a time, in `_turn`'s order (below)
+        config.option.maxschedchunk = 1  # a worker holds one test besides the one it runs (tests/turns.py)
     if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput") \
             and not os.environ.get(BOOTSTRAP_ENV):
         config._undertow_broker = LocalKafka(Path(tempfile.mkdtemp(prefix="undertow-tests-kafka-")),
@@ -64,16 +64,14 @@ def namespace(kafka: KafkaSettings, request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-def demo(kafka: KafkaSettings, tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
+def demo(kafka: KafkaSettings, pytestconfig: pytest.Config) -> DemoRun:
     """`undertow run examples/demo.yaml`, once per session (~4 min) on the session's broker: its topics
     stay up after it for the README's `undertow tail` and `replay` (the demo's own broker stops with it).
-    Under pytest-xdist the first worker to need it runs it, and the other waits for it and reads it."""
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent  # the session's directory, above each worker's own
+    Under pytest-xdist the first worker to need it runs it, and the others wait for it and read it."""
+    shared = shared_dir(pytestconfig)
     with open(shared / "demo.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        done = shared / "demo.json"
+        done = shared / DEMO_MADE
         if done.exists():
             found = json.loads(done.read_text())
             return DemoRun(Path(found["run_dir"]), found["out"])
@@ -93,27 +91,19 @@ def demo_warm_start(demo: DemoRun) -> Path:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test that reaches the broker says so (`-m "not broker"` must leave it out): refuse to run
-    a suite in which one does not. Then the order the workers take the tests in (below)."""
+    a suite in which one does not. Then the order the workers take the tests in (tests/turns.py)."""
     unmarked = [item.nodeid for item in items if BROKER_FIXTURES & set(getattr(item, "fixturenames", ()))
                 and item.get_closest_marker("broker") is None]
     if unmarked:
         raise pytest.UsageError(f"tests that use the broker without the `broker` marker: {unmarked}")
-    maker = next((i for i in items if DEMO_FIXTURES & set(getattr(i, "fixturenames", ()))), None)
-    items.sort(key=lambda item: _turn(item, maker))
+    order(config, items)
 
 
-def _turn(item: pytest.Item, maker: pytest.Item | None) -> int:
-    """A worker takes the next test once it is free (`--maxschedchunk=1`, pytest_configure): the first test
-    that needs the demo's run first (it makes it), the other slow tests while it runs, then the slow
-    ones that read the run, the quick ones last, so the workers end together. In file order, xdist
-    dealt all the long tests (the first files) to one worker, and its share set the suite's time
-    while the others' waits left the cores idle a fifth of it."""
-    if item is maker:
-        return 0
-    needs_demo = bool(DEMO_FIXTURES & set(getattr(item, "fixturenames", ())))
-    if item.get_closest_marker("slow") is None:
-        return 3
-    return 2 if needs_demo else 1
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook; the vLLM environment runs its tests without it
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    from tests.scheduling import TurnScheduling
+
+    return TurnScheduling(config, log)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

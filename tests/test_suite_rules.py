@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import json
 import tomllib
 from pathlib import Path
 
@@ -151,3 +152,48 @@ def test_the_wait_rules_see_a_bet_and_a_silent_wait():
               "        pass\n")
     assert sleeps_then_asserts(source) == ["test_a:4"]
     assert silent_waits(source) == ["test_d:15 wait_for without `what`", "test_d:18 a deadline loop of its own"]
+
+
+class _Config:
+    """What xdist's LoadScheduling reads of a config: three workers, one test held besides the running one."""
+
+    def __init__(self, base: Path):
+        self._tmp_path_factory = type("Factory", (), {"getbasetemp": lambda _self: base})()
+
+    def getvalue(self, name: str):
+        return ["3*popen"] if name == "tx" else None
+
+    def getoption(self, name: str):
+        return 1 if name == "maxschedchunk" else None
+
+
+class _Node:
+    def __init__(self, name: str):
+        self.gateway = type("Gateway", (), {"id": name})()
+        self.sent: list[int] = []
+        self.shutting_down = False
+
+    def send_runtest_some(self, indices: list[int]) -> None:
+        self.sent += indices
+
+
+def test_workers_get_the_demos_readers_once_it_is_made_and_a_quick_test_behind_its_maker(tmp_path, monkeypatch):
+    from tests.scheduling import TurnScheduling
+    from tests.turns import DEMO_MADE, TURNS
+
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)  # the controller's view
+    tests = {"maker": [0, True], "soak": [1, True], "readme": [1, True], "vllm": [2, False], "smollm2": [2, False],
+             "lane": [2, False], "quick_demo": [3, True], "quick": [3, False], "quick2": [3, False]}
+    (tmp_path / TURNS).write_text(json.dumps(tests))
+    sched = TurnScheduling(_Config(tmp_path))
+    nodes = [_Node(f"gw{i}") for i in range(3)]
+    for node in nodes:
+        sched.add_node(node)
+        sched.add_node_collection(node, list(tests))
+    sched.schedule()
+    names = lambda node: [list(tests)[i] for i in node.sent]
+    # Before the demo's run exists nothing that reads it is sent but its maker, which gets a quick test behind it.
+    assert [names(n) for n in nodes] == [["maker", "quick"], ["vllm", "smollm2"], ["lane", "quick2"]]
+    (tmp_path / DEMO_MADE).write_text("{}")
+    sched.mark_test_complete(nodes[1], nodes[1].sent[0])  # vllm ends: the worker gets the first reader
+    assert names(nodes[1])[-1] == "soak"

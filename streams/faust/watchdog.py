@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from typing import Iterator, NoReturn
+from typing import Iterable, Iterator, NoReturn
 
 STALLED = 75  # EX_TEMPFAIL: try again
 
@@ -75,11 +75,16 @@ class Watchdog:
                 self.fail(f"{what} unfinished after {age:.0f} s")
 
     def _report(self, why: str) -> None:
-        err = sys.__stderr__  # Faust replaces sys.stderr with a logger, which has no file descriptor
-        print(f"=== undertow: processor worker stalled: {why}; exiting with code {STALLED} to be restarted ===",
-              file=err, flush=True)
-        faulthandler.dump_traceback(file=err)
-        if self._loop is not None:
-            for task in list(asyncio.all_tasks(self._loop)):
-                task.print_stack(limit=8, file=err)
-        err.flush()
+        print_where_it_waits(f"processor worker stalled: {why}; exiting with code {STALLED} to be restarted",
+                             [self._loop] if self._loop is not None else [])
+
+
+def print_where_it_waits(why: str, loops: Iterable[asyncio.AbstractEventLoop]) -> None:
+    """Print `why`, every thread's stack and where each task of `loops` waits, on the process's stderr."""
+    err = sys.__stderr__  # Faust replaces sys.stderr with a logger, which has no file descriptor
+    print(f"=== undertow: {why} ===", file=err, flush=True)
+    faulthandler.dump_traceback(file=err)
+    for loop in loops:
+        for task in list(asyncio.all_tasks(loop)):
+            task.print_stack(limit=8, file=err)
+    err.flush()

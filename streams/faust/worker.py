@@ -13,9 +13,11 @@ once the broker has acknowledged everything the batch sent.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -29,7 +31,7 @@ from undertow.streams.faust.app import RecordIO, create_app, track_output_topics
 from undertow.streams.faust.books import InOrder, booked_consumer, in_order, reread_stuck
 from undertow.streams.faust.delivery import DeliveryWatch
 from undertow.streams.faust.tables import Change, TableStore
-from undertow.streams.faust.watchdog import Watchdog
+from undertow.streams.faust.watchdog import STALLED, Watchdog, print_where_it_waits
 from undertow.streams.settings import KafkaSettings
 from undertow.streams.topics import MAX_MESSAGE_BYTES, Topics
 
@@ -246,12 +248,35 @@ async def restart_if_wedged(app: faust.App, source: str, job: WorkerJob, watchdo
         watchdog.fail(why)
 
 
-def run_app(app: faust.App) -> None:
-    """Run the app's worker until SIGTERM/SIGINT (or its idle exit)."""
+def run_app(app: faust.App, stop_timeout_s: float) -> None:
+    """Run the app's worker until SIGTERM/SIGINT (or its idle exit). A stop that has not ended
+    `stop_timeout_s` after the signal prints where it waits and ends the process (code STALLED)."""
     from faust.worker import Worker
 
-    runner = Worker(app, loglevel="warning")
+    class BoundedStopWorker(Worker):
+        # mode's Worker (mode-streaming 0.7.1) turns SIGTERM and SIGINT into this one call. Its stop
+        # can wait forever: a service thread of Faust's consumer was seen never to stop when two
+        # workers stopped at once. Nothing is lost by leaving then: what the worker handled and did
+        # not commit is read again by the partitions' next owner, and dedupe drops what it had sent.
+        def _schedule_shutdown(self, signum: signal.Signals) -> None:
+            if not self._signal_stop_time:
+                threading.Thread(target=end_a_stuck_stop, args=(stop_timeout_s,), name="stop-timeout",
+                                 daemon=True).start()
+            super()._schedule_shutdown(signum)
+
+    runner = BoundedStopWorker(app, loglevel="warning")
     # Faust's terminal spinner sets the root logger to DEBUG (it spins per log line): aiokafka then
     # formats a debug record per message sent, a tenth of the worker's time.
     runner.spinner = None
     runner.execute_from_commandline()
+
+
+def end_a_stuck_stop(timeout_s: float) -> None:
+    """Wait `timeout_s` (the process normally exits first), then report every loop's tasks and exit."""
+    time.sleep(timeout_s)
+    loops = [o for o in gc.get_objects() if isinstance(o, asyncio.AbstractEventLoop) and not o.is_closed()]
+    try:
+        print_where_it_waits(f"processor worker's stop unfinished after {timeout_s:g} s; exiting with code "
+                             f"{STALLED} (what it did not commit is read again)", loops)
+    finally:
+        os._exit(STALLED)

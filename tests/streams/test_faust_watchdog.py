@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -15,6 +16,25 @@ from tests.helpers import exp, read_all, wait_for
 from tests.processors.test_broker import ROOT, read, start, stop
 
 HANG = "tests.hostile.processor_plugins.hang_on"
+DEAF = """
+import asyncio, sys
+from undertow.streams import KafkaSettings
+from undertow.streams.faust.app import create_app
+from undertow.streams.faust.worker import run_app
+
+app = create_app(sys.argv[1], KafkaSettings().with_env())
+
+@app.task
+async def deaf_to_cancel() -> None:
+    print("started", flush=True)
+    while True:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            pass  # the worker's stop waits for this task, and it never ends
+
+run_app(app, stop_timeout_s={timeout})
+"""
 WEDGE = """
 import asyncio, time
 from undertow.streams.faust.watchdog import Watchdog
@@ -86,3 +106,24 @@ def test_a_hanging_plugin_times_out_and_a_worker_left_with_hung_calls_commits_an
     # Each hanging record rejected once: the restarted worker did not read them again.
     assert sorted((r.record_id, r.stage, r.reason) for r in rejected) == [("stuck-1/0", HANG, "timeout"),
                                                                           ("stuck-2/0", HANG, "timeout")]
+
+
+@pytest.mark.broker
+def test_a_stop_that_never_ends_is_given_up_with_a_report(kafka, namespace, tmp_path):
+    """SIGTERM to a worker whose stop waits on a task that will not end: past `stop_timeout_s` it says
+    where it waits and exits STALLED, instead of living on after its supervisor."""
+    log = tmp_path / "worker.log"  # Faust logs what its tasks print
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", DEAF.format(timeout=3.0), f"deaf-{namespace}"], cwd=ROOT,
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "started" in log.read_text(), 120, "the worker's task to start", proc=proc,
+                 state=lambda: log.read_text()[-2000:])
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(60)
+    finally:
+        proc.kill()
+    report = log.read_text()
+    assert code == STALLED, report[-3000:]
+    assert "processor worker's stop unfinished after 3 s" in report
+    assert "deaf_to_cancel" in report  # the task it waits on, by name
