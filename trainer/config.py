@@ -252,6 +252,10 @@ class TrainerConfig(_Section):
     weights: WeightsConfig = Field(default_factory=WeightsConfig, description="how weights reach the workers")
     checkpoint_dir: str = Field("~/.undertow/trainer", description="checkpoints go to <checkpoint_dir>/<namespace>")
     checkpoint_every: int = Field(50, ge=1, description="checkpoint every this many steps (and on shutdown)")
+    idle_checkpoint_s: float | None = Field(
+        60.0, gt=0, description="a trainer that ran no step this long while records were handled since its last "
+                                "checkpoint (rejected as stale, say, or trained by steps short of checkpoint_every) "
+                                "checkpoints its step and commits, so that its group's lag shows what is left; None: never")
     keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept on disk")
     consumer_group: str = Field("undertow-trainer", description="Kafka consumer group (offset commits)")
     poll_timeout_ms: int = Field(200, ge=1, description="longest wait for data per poll")

@@ -69,6 +69,7 @@ class ReadyIntake:
         # The checkpoint's offsets, else the group's committed ones, else the beginning.
         self.topic = topic or topics.ready  # another: the expert demonstrations mixed into RL steps
         self.offsets = OffsetTracker(self.consumer.assign(self.topic, start))
+        self.committed = self.offsets.committable()  # where it starts is where the last commit left it
         self.last_arrival = time.monotonic()
         self.replay = None if replay is None else ReplayBuffer(
             sampler=replay.sampler, capacity=replay.capacity_groups, max_uses=replay.max_uses, seed=seed)
@@ -195,7 +196,12 @@ class ReadyIntake:
         """Commit what is safe (see groups.OffsetTracker); call after the step and checkpoint covering it."""
         offsets = self.offsets.committable()
         self.consumer.commit(offsets)
+        self.committed = offsets
         return offsets
+
+    def moved(self) -> bool:
+        """Whether records were handled (trained, refused, rejected) since the last commit."""
+        return self.offsets.committable() != self.committed
 
     def close(self) -> None:
         self.consumer.close()

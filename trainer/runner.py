@@ -95,7 +95,7 @@ class Leader:
         self.wait_s = 0.0
         # Between two steps' metrics, outside step_s and wait_s: the last publish and checkpoint.
         self.publish_s = self.checkpoint_s = 0.0
-        self.last_data = time.monotonic()
+        self.last_data = self.last_batch = time.monotonic()
         self.pending: list = []  # the items of the batch being trained on
 
     def next_command(self, stop: StopFlag, budget: Budget) -> Command:
@@ -116,6 +116,7 @@ class Leader:
                 reused = [i for i in batch if i.record_id in self.intake.replayed]
                 demonstrations = self._demonstrations(step)
                 self.pending = fresh + demonstrations + reused
+                self.last_batch = time.monotonic()
                 after = step + 1
                 return Command([i.record for i in fresh] + [as_expert(i.record) for i in demonstrations] +
                                [i.record for i in reused],
@@ -123,10 +124,23 @@ class Leader:
                                checkpoint=after % self.cfg.checkpoint_every == 0)
             if budget.idle_timeout_s is not None and time.monotonic() - self.last_data >= budget.idle_timeout_s:
                 break
+            if self._idle_with_uncommitted_records():
+                self.last_batch = time.monotonic()
+                self.pending = []
+                return Command([], checkpoint=True)
             if self.heartbeat_s is not None and time.monotonic() - entered >= self.heartbeat_s:
                 return Command()
         self.pending = []
         return Command([], publish=self.state.published_version != step, checkpoint=True, stop=True)
+
+    def _idle_with_uncommitted_records(self) -> bool:
+        """No batch for `idle_checkpoint_s`, and records handled since the last commit: a checkpoint of the
+        step (the same one again, if it was checkpointed) lets them be committed. Otherwise records all
+        rejected as stale, or steps short of the next `checkpoint_every`, stay uncommitted while the
+        trainer waits, and its group's lag, which a drain and an autoscaler read, never falls."""
+        idle_s = self.cfg.idle_checkpoint_s
+        return (idle_s is not None and time.monotonic() - self.last_batch >= idle_s
+                and any(intake.moved() for intake in self.intakes()))
 
     def _demonstrations(self, step: int) -> list[Item]:
         """Up to `mixing.expert_per_step` demonstrations for the step, what the expert topic has now."""

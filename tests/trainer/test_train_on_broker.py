@@ -10,6 +10,7 @@ import torch
 from undertow.kernel.models import build_model, build_tokenizer, fingerprint, load_weights
 from undertow.schemas import MetricEvent, Rejected, WeightUpdate, assemble_weights
 from undertow.streams import Topics
+from tests.helpers import read_again, wait_for
 
 from .helpers import SPEC, behaviour_logprobs, make_group, finish, produce, read_all, start_trainer, write_config
 
@@ -77,3 +78,27 @@ def test_trainer_learns_publishes_and_rejects_stale(kafka, namespace, tmp_path: 
     trained = [i for line in ledger for i in __import__("json").loads(line)["ids"]]
     # steps 1-3 took 24, the restart the 4 fresh ones (the 24 old are skipped: committed or trained)
     assert sorted(trained) == sorted([e.experience_id for e in groups + fresh])
+
+
+def test_records_handled_without_a_checkpoint_are_committed_once_the_trainer_idles(kafka, namespace, tmp_path: Path):
+    """Two steps, then only stale records: checkpoint_every (100) is never reached, yet after
+    idle_checkpoint_s without a batch the trainer checkpoints step 2 and commits, and its
+    group's lag reaches 0 while it runs (as the network-chaos run's trainer did not, after a heal)."""
+    topics = Topics(namespace)
+    groups = [e for g in range(6) for e in make_group(f"task-{g}")]
+    produce(kafka, topics.ready, groups)  # all version 0: the eight steps 1 and 2 did not take are stale after them
+    settings = {"engine": {"zero_stage": 0, "lr": 0.01}, "consumer_group": f"trainer-{namespace}",
+                "batching": {"experiences": 8, "max_staleness": 1}, "checkpoint_every": 100,
+                "idle_checkpoint_s": 2.0}
+    run = start_trainer(write_config(tmp_path, namespace, settings), "--idle-timeout", "300")
+    lag = lambda: {p: len(left) for p, left in read_again(kafka, f"trainer-{namespace}", topics.ready).items() if left}
+    try:
+        wait_for(lambda: not lag(), 120, "the trainer's group to commit every ready record", proc=run, state=lag)
+        assert run.poll() is None  # committed while running, not by the stop's checkpoint
+    finally:
+        run.terminate()
+        finish(run, 120)
+    rejected = read_all(kafka, topics.rejected, expect=Rejected)
+    assert len(rejected) == 8 and {r.reason for r in rejected} == {"stale"}
+    assert len({r.record_id.split("/")[0] for r in rejected}) == 2  # two whole groups
+    assert (tmp_path / "ckpt" / namespace / "step-00000002").is_dir()

@@ -12,7 +12,7 @@ import pytest
 
 from undertow.infra.run.rollout_env import vllm_python
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
