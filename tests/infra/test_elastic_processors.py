@@ -128,11 +128,15 @@ def test_processor_workers_join_and_leave_a_running_group(kafka, namespace, tmp_
                                                     f"p3's log: {(tmp_path / 'p3.log').read_text()[-1500:]}"))
         sent = set(publisher.finish())
 
-        def everything() -> bool:
+        def outstanding() -> set[str]:
             ready = {e.experience_id for e in read_all(kafka, topics.ready, Experience)}
-            return ready | set(audit(kafka, namespace, tmp_path / "no-ledger").rejected) >= sent
+            return sent - ready - set(audit(kafka, namespace, tmp_path / "no-ledger").rejected)
 
-        wait_for(everything, 60, "every experience sent to be ready or rejected", every=1.0)
+        # p3 alone works off the backlog the steady publisher built (ci19: unfinished after 60 s on a loaded host).
+        wait_for(lambda: not outstanding(), 240, "every experience sent to be ready or rejected", proc=workers["p3"],
+                 every=1.0, state=lambda: (f"{len(outstanding())} of {len(sent)} neither ready nor rejected, "
+                                           f"records per worker {dict(processed_by(kafka, topics))}, "
+                                           f"p3's log: {(tmp_path / 'p3.log').read_text()[-1500:]}"))
     finally:
         publisher.stop.set()
         for proc in workers.values():
