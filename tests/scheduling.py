@@ -17,6 +17,7 @@ class TurnScheduling(LoadScheduling):
         super().__init__(config, log)
         self.shared = shared_dir(config)
         self.table: dict[str, list] | None = None
+        self.demo_made = False  # once made it stays made: no more looking for its file
 
     def _send_tests(self, node, num: int) -> None:
         chosen = []
@@ -37,12 +38,12 @@ class TurnScheduling(LoadScheduling):
         if self.table is None:
             path = self.shared / TURNS
             self.table = json.loads(path.read_text()) if path.exists() else {}
-        info = lambda index: self.table.get(self.collection[index], [3, False])
-        demo_made = (self.shared / DEMO_MADE).exists()
-        wanted = [lambda i: info(i)[0] == 3 and not info(i)[1]] if any(info(i)[0] == 0 for i in held) else []
-        wanted.append(lambda i: demo_made or not info(i)[1] or info(i)[0] == 0)  # the maker makes it
-        for ok in wanted:
-            found = next((i for i in self.pending if ok(i)), None)
+        self.demo_made = self.demo_made or (self.shared / DEMO_MADE).exists()
+        turn_of = lambda index: self.table.get(self.collection[index], [3, False])
+        if any(turn_of(i)[0] == 0 for i in held):  # a quick test that needs no demo, behind its maker
+            found = next((i for i in self.pending if turn_of(i) == [3, False]), None)
             if found is not None:
                 return found
-        return self.pending[0]  # only the demo's readers are left: they wait for it on its lock
+        # The maker makes the demo's run; its readers wait until it is made.
+        startable = (i for i in self.pending if self.demo_made or not turn_of(i)[1] or turn_of(i)[0] == 0)
+        return next(startable, self.pending[0])  # only readers left: they wait for it on its lock
